@@ -1,0 +1,36 @@
+"""trl_rlvr_ext: drop-in TRL trainers for RL-for-reasoning (RLVR) methods.
+
+The public API is re-exported here lazily, so that ``import trl_rlvr_ext`` stays cheap (no torch / TRL import until
+a trainer is touched) and a CLI subcommand only pays for what it uses.
+"""
+
+import importlib
+from typing import TYPE_CHECKING
+
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_LAZY = {
+    "RLVRGRPOConfig": "trl_rlvr_ext.grpo.grpo_config",
+    "RLVRGRPOTrainer": "trl_rlvr_ext.grpo.grpo_trainer",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'trl_rlvr_ext' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .grpo.grpo_config import RLVRGRPOConfig
+    from .grpo.grpo_trainer import RLVRGRPOTrainer
