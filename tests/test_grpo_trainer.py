@@ -1,0 +1,137 @@
+"""RLVRGRPOTrainer: stock equivalence when off, exact mirror of TRL's loss path, and NSR training."""
+
+import pytest
+import torch
+from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+
+
+def _train(trainer_cls, config_cls, model_path, output_dir, **overrides):
+    args = config_cls(**grpo_kwargs(output_dir, **overrides))
+    trainer = trainer_cls(model=model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset())
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    trainer.train()
+    after = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    return trainer, before, after
+
+
+def _step_logs(trainer):
+    return [log for log in trainer.state.log_history if "loss" in log]
+
+
+def _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="clip_recovery/"):
+    stock_logs, our_logs = _step_logs(stock), _step_logs(ours)
+    assert len(stock_logs) == len(our_logs) > 0
+    for a, b in zip(stock_logs, our_logs, strict=True):
+        keys = {k for k in a if k not in ("step_time",)}
+        assert keys == {k for k in b if not k.startswith(exclude_prefix) and k != "step_time"}
+        for k in keys:
+            assert a[k] == b[k], f"metric {k} differs: {a[k]} vs {b[k]}"
+    for name, value in stock_after.items():
+        assert torch.equal(value, ours_after[name]), f"parameter {name} differs from stock TRL"
+
+
+def test_clip_recovery_none_is_stock_grpo(tiny_model_path, tmp_path):
+    """Option off: the same losses, metrics and parameters as stock GRPOTrainer, to the bit (ratio not ≡ 1)."""
+    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock")
+    ours, _, ours_after = _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours")
+    assert any(log["clip_ratio/region_mean"] > 0 for log in _step_logs(stock)), "clip never active: test is void"
+    _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="\0")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"loss_type": "dapo"},
+        {"loss_type": "grpo", "importance_sampling_level": "sequence"},
+        {"loss_type": "bnpo", "delta": 1.5, "top_entropy_quantile": 0.5},
+        {"loss_type": "dr_grpo", "beta": 0.1, "off_policy_mask_threshold": 0.5},
+        {"loss_type": "luspo", "importance_sampling_level": "sequence", "steps_per_generation": 2},
+    ],
+    ids=["dapo", "grpo-seq", "bnpo-delta-entropy", "drgrpo-beta-opsm", "luspo-seq-spg"],
+)
+def test_nsr_path_without_clipping_mirrors_trl_exactly(tiny_model_path, tmp_path, options):
+    """Our copy of TRL's loss path is exact: with a trust region so wide that nothing is clipped, NSR has nothing to
+    rescue and the run must equal stock TRL's (losses, every metric, parameters) with the same options. NSR still
+    draws its noise at every loss computation, so this also proves the draws leave the global RNG (which samples the
+    second generation batch at step 3) untouched."""
+    wide = {"epsilon": 0.999, "epsilon_high": 1e6, **options}
+    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock", **wide)
+    ours, _, ours_after = _train(
+        RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", clip_recovery="nsr", **wide
+    )
+    _assert_same_run(stock, ours, stock_after, ours_after)
+    assert all(log["clip_recovery/high_frac"] == 0 == log["clip_recovery/low_frac"] for log in _step_logs(ours))
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"])
+@pytest.mark.parametrize("mode", ["nsr", "nsr_expected"])
+def test_training_with_clip_recovery(tiny_model_path, tmp_path, loss_type, mode):
+    trainer, before, after = _train(
+        RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path, clip_recovery=mode, loss_type=loss_type
+    )
+    logs = _step_logs(trainer)
+    assert trainer.state.log_history[-1]["train_loss"] is not None
+    for name, value in before.items():
+        assert not torch.equal(value, after[name]), f"parameter {name} did not change"
+    clipped = [log["clip_ratio/region_mean"] for log in logs]
+    rescued = [log["clip_recovery/high_frac"] + log["clip_recovery/low_frac"] for log in logs]
+    assert max(clipped) > 0, "clip never active: the test is void"
+    assert max(rescued) > 0, "tokens were clipped but none was rescued"
+    for log in logs:  # a token can only be rescued if it is clipped
+        assert log["clip_recovery/high_frac"] <= log["clip_ratio/high_mean"] + 1e-9
+        assert log["clip_recovery/low_frac"] <= log["clip_ratio/low_mean"] + 1e-9
+
+
+def test_nsr_changes_the_update_when_tokens_are_clipped(tiny_model_path, tmp_path):
+    """NSR is not a no-op: with clipping active, its parameters differ from stock's (the rescue adds gradient)."""
+    _stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock")
+    _ours, _, ours_after = _train(
+        RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", clip_recovery="nsr"
+    )
+    assert any(not torch.equal(stock_after[n], ours_after[n]) for n in stock_after)
+
+
+def test_nsr_run_is_reproducible_and_resumes_with_the_same_draws(tiny_model_path, tmp_path):
+    """Same seed, same run; and a run resumed from a checkpoint continues with the same rescue draws."""
+    common = {"clip_recovery": "nsr", "max_steps": 4, "save_strategy": "steps", "save_steps": 2}
+    a, _, a_after = _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "a", **common)
+    _b, _, b_after = _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "b", **common)
+    assert all(torch.equal(a_after[n], b_after[n]) for n in a_after)
+    assert (tmp_path / "a" / "checkpoint-2" / "clip_recovery_rng_state_0.pth").is_file()
+
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path / "a", **common))
+    resumed = RLVRGRPOTrainer(
+        model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
+    )
+    resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))
+    full = {log["step"]: log for log in _step_logs(a)}
+    for log in _step_logs(resumed):
+        assert log["clip_recovery/high_frac"] == full[log["step"]]["clip_recovery/high_frac"]
+        assert log["clip_recovery/low_frac"] == full[log["step"]]["clip_recovery/low_frac"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"clip_recovery": "nsr", "loss_type": "cispo"}, "has none to recover from"),
+        ({"clip_recovery": "nsr", "loss_type": "sapo"}, "has none to recover from"),
+        ({"clip_recovery": "nsr", "loss_type": "vespo"}, "has none to recover from"),
+        ({"clip_recovery": "soft"}, "clip_recovery='soft' is not supported"),
+    ],
+)
+def test_config_rejects_invalid_combinations(tmp_path, overrides, message):
+    with pytest.raises(ValueError, match=message):
+        RLVRGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **overrides)
+
+
+def test_trainer_rejects_a_plain_grpo_config(tiny_model_path, tmp_path):
+    with pytest.raises(TypeError, match="needs `args` to be an RLVRGRPOConfig"):
+        RLVRGRPOTrainer(
+            model=tiny_model_path,
+            reward_funcs=digit_reward,
+            args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"),
+            train_dataset=prompt_dataset(),
+        )
