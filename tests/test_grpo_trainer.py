@@ -34,11 +34,22 @@ def _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="clip_
 
 
 def test_clip_recovery_none_is_stock_grpo(tiny_model_path, tmp_path):
-    """Option off: the same losses, metrics and parameters as stock GRPOTrainer, to the bit (ratio not ≡ 1)."""
-    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock")
-    ours, _, ours_after = _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours")
+    """Option off: the same losses, metrics, parameters and checkpoint as stock GRPOTrainer, to the bit (with
+    num_iterations=2, so the ratio is not identically 1 and the clip is active)."""
+    save = {"save_strategy": "steps", "save_steps": 4}
+    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock", **save)
+    ours, _, ours_after = _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", **save)
     assert any(log["clip_ratio/region_mean"] > 0 for log in _step_logs(stock)), "clip never active: test is void"
     _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="\0")
+    stock_ckpt, our_ckpt = tmp_path / "stock" / "checkpoint-4", tmp_path / "ours" / "checkpoint-4"
+    assert (stock_ckpt / "model.safetensors").read_bytes() == (our_ckpt / "model.safetensors").read_bytes()
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        stock_state, our_state = (
+            torch.load(stock_ckpt / name, weights_only=False),
+            torch.load(our_ckpt / name, weights_only=False),
+        )
+        assert repr(stock_state) == repr(our_state), f"{name} differs from stock TRL's"
+    assert sorted(p.name for p in our_ckpt.iterdir()) == sorted(p.name for p in stock_ckpt.iterdir())
 
 
 @pytest.mark.parametrize(
