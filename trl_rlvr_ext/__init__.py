@@ -14,6 +14,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "RLVRGRPOConfig": "trl_rlvr_ext.grpo.grpo_config",
     "RLVRGRPOTrainer": "trl_rlvr_ext.grpo.grpo_trainer",
+    "ISDPOConfig": "trl_rlvr_ext.dpo.dpo_config",
+    "ISDPOTrainer": "trl_rlvr_ext.dpo.dpo_trainer",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -32,5 +34,7 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .dpo.dpo_config import ISDPOConfig
+    from .dpo.dpo_trainer import ISDPOTrainer
     from .grpo.grpo_config import RLVRGRPOConfig
     from .grpo.grpo_trainer import RLVRGRPOTrainer

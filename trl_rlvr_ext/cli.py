@@ -20,6 +20,12 @@ import sys
 COMMANDS = {
     "demo": ("trl_rlvr_ext.toy.demo", "GRPO with NSR on the offline toy task: the embedded default", False),
     "grpo": ("trl_rlvr_ext.scripts.grpo", "train with RLVRGRPOTrainer from a YAML recipe", True),
+    "dpo": ("trl_rlvr_ext.scripts.dpo", "train with ISDPOTrainer (IS-DAA) from a YAML recipe", True),
+    "score-behavior": (
+        "trl_rlvr_ext.dpo.behavior",
+        "add behavior_*_logps columns to a preference dataset for IS-DPO",
+        False,
+    ),
 }
 
 

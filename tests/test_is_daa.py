@@ -1,0 +1,102 @@
+"""Exact tests of the IS-DAA importance weights (trl_rlvr_ext.losses.is_daa)."""
+
+import math
+
+import pytest
+import torch
+
+from trl_rlvr_ext.losses import is_daa_clip, is_daa_log_weights, is_daa_weight_stats, is_daa_weights
+
+
+def _t(*values, requires_grad=False):
+    return torch.tensor(values, dtype=torch.float32, requires_grad=requires_grad)
+
+
+def test_hand_computed_weights_with_and_without_clip():
+    # log w = (pc - bc) + (pr - br) per pair, by hand:
+    #   pair 0: (-10 - -10) + (-12 - -12) = 0       -> w = 1
+    #   pair 1: (-9  - -10) + (-12 - -12) = 1       -> w = e      (clipped to 2.0 below)
+    #   pair 2: (-10 - -10) + (-13 - -12) = -1      -> w = 1/e    (no lower clip)
+    #   pair 3: (-8  - -10) + (-11.5 - -12) = 2.5   -> w = e^2.5  (clipped)
+    #   pair 4: (-11 - -10) + (-11 - -12) = 0       -> w = 1      (the two ratios cancel)
+    pc = _t(-10.0, -9.0, -10.0, -8.0, -11.0)
+    pr = _t(-12.0, -12.0, -13.0, -11.5, -11.0)
+    bc = _t(-10.0, -10.0, -10.0, -10.0, -10.0)
+    br = _t(-12.0, -12.0, -12.0, -12.0, -12.0)
+    torch.testing.assert_close(is_daa_log_weights(pc, pr, bc, br), _t(0.0, 1.0, -1.0, 2.5, 0.0))
+    unclipped = is_daa_weights(pc, pr, bc, br, weight_max=math.inf)
+    torch.testing.assert_close(unclipped, _t(1.0, math.e, math.exp(-1), math.exp(2.5), 1.0))
+    clipped = is_daa_weights(pc, pr, bc, br, weight_max=2.0)
+    torch.testing.assert_close(clipped, _t(1.0, 2.0, math.exp(-1), 2.0, 1.0))
+    # The paper's two caps: e^0.5 (authors' default, eps = 0.25) and e^2 (their released script, eps = 1.0)
+    torch.testing.assert_close(
+        is_daa_weights(pc, pr, bc, br, weight_max=math.exp(0.5)),
+        _t(1.0, math.exp(0.5), math.exp(-1), math.exp(0.5), 1.0),
+    )
+    torch.testing.assert_close(
+        is_daa_weights(pc, pr, bc, br, weight_max=math.exp(2.0)),
+        _t(1.0, math.e, math.exp(-1), math.exp(2.0), 1.0),
+    )
+
+
+def test_weights_are_one_when_policy_equals_behaviour():
+    logps = torch.randn(7) - 20.0
+    other = torch.randn(7) - 25.0
+    torch.testing.assert_close(is_daa_weights(logps, other, logps, other, weight_max=1.0), torch.ones(7))
+
+
+def test_stop_gradient_no_gradient_flows_through_the_weight():
+    pc = _t(-3.0, -1.0, -2.0, requires_grad=True)
+    pr = _t(-4.0, -5.0, -1.0, requires_grad=True)
+    bc, br = _t(-3.5, -3.0, -2.0), _t(-4.0, -4.0, -2.0)
+    weights = is_daa_weights(pc, pr, bc, br, weight_max=2.0)
+    assert not weights.requires_grad and weights.grad_fn is None
+    # The gradient of w·ℓ is w·∇ℓ: with ℓ = -(pc - pr) (a toy per-pair loss), d/dpc = -w and d/dpr = +w exactly.
+    loss = (weights * -(pc - pr)).sum()
+    loss.backward()
+    torch.testing.assert_close(pc.grad, -weights)
+    torch.testing.assert_close(pr.grad, weights)
+    # Same for the log weights and the clip
+    assert not is_daa_log_weights(pc, pr, bc, br).requires_grad
+    assert not is_daa_clip(pc * 2, 2.0).requires_grad
+
+
+def test_weights_are_float32_for_bf16_log_probs():
+    # bf16 policy sums against float32 behaviour sums: the difference is taken in float32 (bf16 spacing at 256 is 2).
+    pc, pr = torch.tensor([-256.0], dtype=torch.bfloat16), torch.tensor([-2.0], dtype=torch.bfloat16)
+    bc, br = torch.tensor([-255.5]), torch.tensor([-2.0])
+    weights = is_daa_weights(pc, pr, bc, br, weight_max=2.0)
+    assert weights.dtype == torch.float32
+    torch.testing.assert_close(weights, torch.tensor([math.exp(-0.5)]))
+
+
+def test_stats_hand_computed():
+    # log w = [0, ln 4, ln 0.5, ln 16], C = 4 -> w = [1, 4, 0.5, 4]; the last pair is above the cap (ln 4 itself is
+    # at the cap, not above it).
+    log_weights = torch.log(_t(1.0, 4.0, 0.5, 16.0))
+    stats = is_daa_weight_stats(log_weights, weight_max=4.0)
+    assert stats["weight_mean"].item() == pytest.approx(9.5 / 4)
+    assert stats["weight_max"].item() == pytest.approx(4.0)
+    assert stats["clipped_frac"].item() == pytest.approx(0.25)
+    # ESS = (Σw)² / (n·Σw²) = 9.5² / (4 · (1 + 16 + 0.25 + 16)) = 90.25 / 133
+    assert stats["ess"].item() == pytest.approx(90.25 / 133.0, rel=1e-6)
+
+
+def test_ess_bounds_and_underflow():
+    assert is_daa_weight_stats(torch.zeros(5), 2.0)["ess"].item() == pytest.approx(1.0)
+    # One pair carries all the weight: ESS -> 1/n
+    one_hot = torch.tensor([0.0, -200.0, -200.0, -200.0])
+    assert is_daa_weight_stats(one_hot, 2.0)["ess"].item() == pytest.approx(0.25)
+    # Every weight underflows to 0 in exp: the ESS (scale invariant) is still 1 for equal weights, not 0/0
+    tiny = torch.full((3,), -1000.0)
+    assert is_daa_weights(tiny, tiny, torch.zeros(3), torch.zeros(3), 2.0).eq(0).all()
+    assert is_daa_weight_stats(tiny, 2.0)["ess"].item() == pytest.approx(1.0)
+
+
+def test_bad_inputs():
+    x = torch.zeros(3)
+    with pytest.raises(ValueError, match="one shape"):
+        is_daa_log_weights(x, x, x, torch.zeros(4))
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="weight_max"):
+            is_daa_weights(x, x, x, x, weight_max=bad)

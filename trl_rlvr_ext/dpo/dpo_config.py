@@ -1,0 +1,128 @@
+"""Configuration for `ISDPOTrainer`: TRL's `DPOConfig` plus importance-sampled direct alignment (IS-DAA).
+
+Fields are grouped by feature (one section each), so that the validation of a feature sits next to its fields.
+"""
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from trl import DPOConfig
+
+
+# TRL losses that sort the batch (optimal transport over the batch): a per-pair weight no longer lines up with a pair
+# once sorted. TRL refuses its own per-pair (WPO) weights with them for the same reason.
+IS_INCOMPATIBLE_LOSS_TYPES = ("aot", "aot_unpaired")
+IS_WEIGHT_MAX_DEFAULT = math.exp(0.5)  # the authors' default: min(log w, 2·eps), eps = 0.25
+
+
+@dataclass
+class ISDPOConfig(DPOConfig):
+    r"""
+    Configuration class for [`ISDPOTrainer`]: every field of TRL's `DPOConfig`, plus the fields below. With
+    `importance_sampling=False` the trainer is stock TRL `DPOTrainer`, to the bit. The new fields implement
+    importance-sampled direct alignment (IS-DAA, https://huggingface.co/papers/2506.08681).
+
+    Parameters:
+        importance_sampling (`bool`, *optional*, defaults to `True`):
+            Multiply the per-pair loss of every `loss_type` by the clipped, detached importance weight
+            w = exp(min(log π_θ(y_w) − log π_D(y_w) + log π_θ(y_l) − log π_D(y_l), log C)), on sequence log-prob
+            sums. The behaviour policy π_D is read from the dataset columns `behavior_chosen_logps` /
+            `behavior_rejected_logps` when present (both or neither), and is the reference policy otherwise (the
+            paper's setting: pairs sampled from the SFT model). No extra forward pass. `False` gives stock DPO.
+        is_weight_max (`float`, *optional*, defaults to `e^0.5 ≈ 1.6487`):
+            Upper clip C of the weight, in ratio units (there is no lower clip). The authors' code clips log w at
+            2·eps with eps = 0.25 by default (C = e^0.5); their released script uses eps = 1.0 (C = e^2 ≈ 7.389).
+            Must be ≥ 1 (w = 1 at the start of training); `inf` disables the clip.
+        lora_init (`str`, *optional*):
+            Initialise the LoRA adapter of `peft_config` (required) with `"rlpo"`/`"rlmo"` (orthonormal top/bottom-r
+            right singular vectors, B₀ = 0; https://huggingface.co/papers/2606.31813, paper: r = 16, α = 32),
+            `"pissa"`/`"milora"` (base rewritten to W − γ·B₀A₀) or a PEFT `init_lora_weights` value. The trainer
+            builds the PeftModel itself, so the reference log-probs are the original model's for every init.
+        lora_init_kwargs (`dict`, *optional*):
+            Options of the init (`solver`, `oversampling`, `niter`, `seed`, `requantize`, `show_progress`,
+            `initial_adapter_dir`, `save_initial_adapter`); see `trl_rlvr_ext.lora_init`.
+
+    Notes:
+        - `loss_type` may be any per-pair TRL loss or mixture (`loss_weights`); `aot` and `aot_unpaired` sort the
+          batch, so a per-pair weight is undefined for them and they are rejected.
+        - With `loss_type="ipo"` TRL length-normalises the log-ratios inside the loss; the weight still uses
+          sequence sums, as in the paper, and β values do not transfer from the paper's (summed) IPO.
+        - `ld_alpha` (LD-DPO) changes TRL's sequence log-probs away from plain sums, so it is rejected with IS on.
+    """
+
+    # ---- Importance-sampled direct alignment (IS-DAA)
+    importance_sampling: bool = field(
+        default=True,
+        metadata={
+            "help": "IS-DAA (https://huggingface.co/papers/2506.08681): multiply each pair's loss, for every "
+            "`loss_type`, by the clipped, detached importance weight w = exp(min(log w, log C)), log w = "
+            "(log π_θ(y_w) − log π_D(y_w)) + (log π_θ(y_l) − log π_D(y_l)) on sequence sums. π_D comes from the "
+            "dataset columns `behavior_chosen_logps`/`behavior_rejected_logps` when present, else it is the "
+            "reference policy. False gives stock DPO."
+        },
+    )
+    is_weight_max: float = field(
+        default=IS_WEIGHT_MAX_DEFAULT,
+        metadata={
+            "help": "Upper clip C of the IS-DAA weight, in ratio units (no lower clip). Default e^0.5 ≈ 1.6487, the "
+            "authors' code default (clip log w at 2·eps, eps = 0.25); their released script used e^2 ≈ 7.389 "
+            "(eps = 1.0). Must be ≥ 1; `inf` disables the clip."
+        },
+    )
+
+    # ---- LoRA initialisers (lora_init)
+    lora_init: str | None = field(
+        default=None,
+        metadata={
+            "help": "Initialise the LoRA adapter of `peft_config` with 'rlpo' or 'rlmo' (orthonormal top/bottom-r "
+            "right singular vectors, B = 0; https://huggingface.co/papers/2606.31813, paper: r=16, alpha=32), "
+            "'pissa' or 'milora' (base rewritten; the reference stays the original model), or a PEFT "
+            "init_lora_weights value. Needs a peft_config."
+        },
+    )
+    lora_init_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Options of `lora_init` as a dict (or JSON string): solver, oversampling, niter, seed, requantize, "
+            "show_progress, initial_adapter_dir, save_initial_adapter."
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._check_importance_sampling()
+        self._check_lora_init()
+
+    def _check_lora_init(self):
+        from ..lora_init.integration import check_lora_init_args  # lazy: peft only when the config is built
+
+        if isinstance(self.lora_init_kwargs, str):
+            self.lora_init_kwargs = json.loads(self.lora_init_kwargs)
+        check_lora_init_args(self.lora_init, self.lora_init_kwargs)
+
+    def _check_importance_sampling(self):
+        if not isinstance(self.importance_sampling, bool):
+            raise TypeError(f"importance_sampling must be True or False, got {self.importance_sampling!r}.")
+        self.is_weight_max = float(self.is_weight_max)
+        if math.isnan(self.is_weight_max) or self.is_weight_max < 1.0:
+            raise ValueError(
+                f"is_weight_max={self.is_weight_max} is the upper clip C of the importance weight and must be ≥ 1 "
+                "(every weight is 1 at the start of training, so C < 1 only rescales the loss). The paper's values "
+                "are e^0.5 ≈ 1.6487 (default) and e^2 ≈ 7.389; use inf for no clip."
+            )
+        if not self.importance_sampling:
+            return
+        sorted_losses = [loss_type for loss_type in self.loss_type if loss_type in IS_INCOMPATIBLE_LOSS_TYPES]
+        if sorted_losses:
+            raise ValueError(
+                f"importance_sampling=True cannot weight loss_type {sorted_losses}: these losses sort the batch, so "
+                "a per-pair weight no longer matches its pair. Use a per-pair loss (e.g. 'sigmoid', 'ipo', 'hinge', "
+                "'robust') or set importance_sampling=False."
+            )
+        if self.ld_alpha is not None:
+            raise ValueError(
+                f"importance_sampling=True needs plain sequence log-prob sums, but ld_alpha={self.ld_alpha} makes "
+                "TRL's policy and reference log-probs length-desensitised (LD-DPO). Set ld_alpha=None, or "
+                "importance_sampling=False."
+            )
