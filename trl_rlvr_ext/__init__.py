@@ -16,6 +16,7 @@ _LAZY = {
     "RLVRGRPOTrainer": "trl_rlvr_ext.grpo.grpo_trainer",
     "ISDPOConfig": "trl_rlvr_ext.dpo.dpo_config",
     "ISDPOTrainer": "trl_rlvr_ext.dpo.dpo_trainer",
+    "get_peft_model_with_init": "trl_rlvr_ext.lora_init",
 }
 
 __all__ = ["__version__", *_LAZY]
