@@ -19,7 +19,7 @@ random model (no hub access); local files (.json/.jsonl/.csv/.parquet) and `save
 from collections.abc import Sequence
 
 from ..dpo.behavior import behavior_columns_present
-from .utils import get_split, load_script_datasets, resolve_model_name_or_path
+from .utils import load_train_and_eval, resolve_model_name_or_path, run_cli, set_model_init_kwargs, train_and_save
 
 
 REQUIRED_COLUMNS = ("chosen", "rejected")
@@ -41,40 +41,22 @@ def check_preference_dataset(dataset, split: str) -> None:
 
 
 def main(script_args, training_args, model_args, dataset_args):
-    import transformers
-    from packaging.version import Version
     from trl import get_peft_config, get_quantization_config
 
     from ..dpo.dpo_trainer import ISDPOTrainer
 
-    model_init_kwargs = {
-        "revision": model_args.model_revision,
-        "trust_remote_code": training_args.trust_remote_code,
-        "attn_implementation": model_args.attn_implementation,
-        "dtype": model_args.dtype,
-    }
-    if training_args.model_init_kwargs is not None:
-        model_init_kwargs.update(training_args.model_init_kwargs)
-    training_args.model_init_kwargs = model_init_kwargs
-    model = resolve_model_name_or_path(model_args.model_name_or_path)
-
-    datasets = load_script_datasets(script_args, dataset_args)
-    train_dataset = get_split(datasets, script_args.dataset_train_split, script_args.dataset_name)
-    check_preference_dataset(train_dataset, script_args.dataset_train_split)
-    eval_dataset = None
-    if training_args.eval_strategy != "no":
-        eval_dataset = get_split(datasets, script_args.dataset_test_split, script_args.dataset_name)
-        check_preference_dataset(eval_dataset, script_args.dataset_test_split)
-
+    set_model_init_kwargs(model_args, training_args)
+    train_dataset, eval_dataset = load_train_and_eval(
+        script_args, dataset_args, training_args, check_preference_dataset
+    )
     trainer = ISDPOTrainer(
-        model=model,
+        model=resolve_model_name_or_path(model_args.model_name_or_path),
         args=training_args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         quantization_config=get_quantization_config(model_args),
         peft_config=get_peft_config(model_args),
     )
-
     if script_args.ignore_bias_buffers:
         import torch
 
@@ -82,20 +64,7 @@ def main(script_args, training_args, model_args, dataset_args):
         trainer.model._ddp_params_and_buffers_to_ignore = [
             name for name, buffer in trainer.model.named_buffers() if buffer.dtype == torch.bool
         ]
-
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.accelerator.print("✅ Training completed.")
-
-    trainer.save_model(training_args.output_dir)
-    trainer.accelerator.print(f"💾 Model saved to {training_args.output_dir}.")
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-        trainer.accelerator.print(f"🤗 Model pushed to the Hub in https://huggingface.co/{trainer.hub_model_id}.")
-
-    # Finish the trackers and destroy the process group
-    if Version(transformers.__version__) >= Version("5.18.0"):
-        trainer.end()
-    return trainer
+    return train_and_save(trainer, script_args, training_args)
 
 
 def make_parser(prog: str | None = None):
@@ -107,16 +76,8 @@ def make_parser(prog: str | None = None):
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:
-    """``trl-rlvr-ext dpo --config recipe.yaml [--key value ...]``; returns 0 once the model is trained and saved.
-
-    Unknown keys in the YAML are an error (a misspelt option must not be silently ignored).
-    """
-    parser = make_parser(prog="trl-rlvr-ext dpo")
-    script_args, training_args, model_args, dataset_args = parser.parse_args_and_config(
-        args=argv, fail_with_unknown_args=True
-    )
-    main(script_args, training_args, model_args, dataset_args)
-    return 0
+    """``trl-rlvr-ext dpo --config recipe.yaml [--key value ...]``; returns 0 once the model is trained and saved."""
+    return run_cli(make_parser, main, argv, prog="trl-rlvr-ext dpo")
 
 
 if __name__ == "__main__":

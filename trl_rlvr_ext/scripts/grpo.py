@@ -46,30 +46,23 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
 
     from ..grpo.grpo_trainer import RLVRGRPOTrainer
     from ..rewards import get_reward_func
-    from .utils import check_columns, get_split, load_script_datasets, resolve_model_name_or_path
+    from .utils import check_columns, load_train_and_eval, resolve_model_name_or_path, set_model_init_kwargs
 
     reward_funcs = [get_reward_func(name) for name in script_args.reward_funcs]
     if script_args.reward_model_name_or_path:
         reward_funcs.append(script_args.reward_model_name_or_path)
     if not reward_funcs:
-        raise ValueError("No reward given: set `reward_funcs` (e.g. ['math_accuracy']) or `reward_model_name_or_path`.")
+        raise ValueError(
+            "No reward given: set `reward_funcs` (e.g. ['math_accuracy']) or `reward_model_name_or_path`."
+        )
 
-    model_init_kwargs = {
-        "revision": model_args.model_revision,
-        "trust_remote_code": training_args.trust_remote_code,
-        "attn_implementation": model_args.attn_implementation,
-        "dtype": model_args.dtype,
-    }
-    model_init_kwargs.update(training_args.model_init_kwargs or {})
-    training_args.model_init_kwargs = model_init_kwargs
-
-    datasets = load_script_datasets(script_args, dataset_args)
-    train_dataset = get_split(datasets, script_args.dataset_train_split, script_args.dataset_name)
-    check_columns(train_dataset, ["prompt"], "GRPO training", script_args.dataset_name)
-    eval_dataset = None
-    if training_args.eval_strategy != "no":
-        eval_dataset = get_split(datasets, script_args.dataset_test_split, script_args.dataset_name)
-        check_columns(eval_dataset, ["prompt"], "GRPO evaluation", script_args.dataset_name)
+    set_model_init_kwargs(model_args, training_args)
+    train_dataset, eval_dataset = load_train_and_eval(
+        script_args,
+        dataset_args,
+        training_args,
+        lambda dataset, split: check_columns(dataset, ["prompt"], f"GRPO {split!r}", script_args.dataset_name),
+    )
 
     return RLVRGRPOTrainer(
         model=resolve_model_name_or_path(model_args.model_name_or_path),
@@ -83,23 +76,17 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
 
 
 def main(script_args, training_args, model_args, dataset_args):
-    trainer = build_trainer(script_args, training_args, model_args, dataset_args)
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
-    trainer.accelerator.print(f"Model saved to {training_args.output_dir}.")
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name)
-    trainer.end()
-    return trainer
+    from .utils import train_and_save
+
+    return train_and_save(
+        build_trainer(script_args, training_args, model_args, dataset_args), script_args, training_args
+    )
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    parser = make_parser(prog="trl-rlvr-ext grpo")
-    script_args, training_args, model_args, dataset_args = parser.parse_args_and_config(
-        args=argv, fail_with_unknown_args=True
-    )
-    main(script_args, training_args, model_args, dataset_args)
-    return 0
+    from .utils import run_cli
+
+    return run_cli(make_parser, main, argv, prog="trl-rlvr-ext grpo")
 
 
 if __name__ == "__main__":

@@ -88,7 +88,9 @@ def get_split(datasets, split: str, dataset_name: str | None = None):
 
 def check_columns(dataset, required: Sequence[str], purpose: str, dataset_name: str | None = None) -> None:
     """Fail with a clear message when ``dataset`` lacks a column the trainer needs."""
-    columns = dataset.column_names if not isinstance(dataset, DatasetDict) else next(iter(dataset.values())).column_names
+    columns = (
+        dataset.column_names if not isinstance(dataset, DatasetDict) else next(iter(dataset.values())).column_names
+    )
     if columns is None:  # streaming datasets may not know their columns up front
         return
     missing = [c for c in required if c not in columns]
@@ -98,3 +100,50 @@ def check_columns(dataset, required: Sequence[str], purpose: str, dataset_name: 
             f"{columns}. {purpose.capitalize()} needs {list(required)}: rename the columns (e.g. with "
             "`dataset.rename_column`) or pick another dataset."
         )
+
+
+def set_model_init_kwargs(model_args, training_args) -> None:
+    """Fold TRL's `ModelConfig` loading options into ``training_args.model_init_kwargs`` (as TRL's scripts do);
+    explicit ``model_init_kwargs`` win."""
+    model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+    }
+    model_init_kwargs.update(training_args.model_init_kwargs or {})
+    training_args.model_init_kwargs = model_init_kwargs
+
+
+def load_train_and_eval(script_args, dataset_args, training_args, check):
+    """The train split, and the eval split when evaluation is on, each passed through ``check(dataset, split)``."""
+    datasets = load_script_datasets(script_args, dataset_args)
+    train_dataset = get_split(datasets, script_args.dataset_train_split, script_args.dataset_name)
+    check(train_dataset, script_args.dataset_train_split)
+    eval_dataset = None
+    if training_args.eval_strategy != "no":
+        eval_dataset = get_split(datasets, script_args.dataset_test_split, script_args.dataset_name)
+        check(eval_dataset, script_args.dataset_test_split)
+    return train_dataset, eval_dataset
+
+
+def train_and_save(trainer, script_args, training_args):
+    """Train (resuming if asked), save the model, push it if asked, and close the trackers."""
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.accelerator.print(f"Model saved to {training_args.output_dir}.")
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name)
+        trainer.accelerator.print(f"Model pushed to the Hub: https://huggingface.co/{trainer.hub_model_id}.")
+    trainer.end()  # finishes the trackers and destroys the process group (transformers >= 5.18)
+    return trainer
+
+
+def run_cli(make_parser, main, argv, prog: str) -> int:
+    """Parse a recipe (unknown keys are an error: a misspelt option must not be silently ignored) and run it."""
+    parser = make_parser(prog=prog)
+    script_args, training_args, model_args, dataset_args = parser.parse_args_and_config(
+        args=argv, fail_with_unknown_args=True
+    )
+    main(script_args, training_args, model_args, dataset_args)
+    return 0
