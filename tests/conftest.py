@@ -8,7 +8,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
 
-import pytest  # noqa: E402
+import pytest
 
 
 @pytest.fixture(scope="session")

@@ -21,5 +21,6 @@ def test_mkdocs_builds_strict(tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]

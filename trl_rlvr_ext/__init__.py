@@ -16,6 +16,8 @@ _LAZY = {
     "RLVRGRPOTrainer": "trl_rlvr_ext.grpo.grpo_trainer",
     "ISDPOConfig": "trl_rlvr_ext.dpo.dpo_config",
     "ISDPOTrainer": "trl_rlvr_ext.dpo.dpo_trainer",
+    "pass_at_k": "trl_rlvr_ext.evaluation",
+    "PassAtKCallback": "trl_rlvr_ext.evaluation",
     "get_peft_model_with_init": "trl_rlvr_ext.lora_init",
 }
 

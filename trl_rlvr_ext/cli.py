@@ -21,6 +21,8 @@ COMMANDS = {
     "demo": ("trl_rlvr_ext.toy.demo", "GRPO with NSR on the offline toy task: the embedded default", False),
     "grpo": ("trl_rlvr_ext.scripts.grpo", "train with RLVRGRPOTrainer from a YAML recipe", True),
     "dpo": ("trl_rlvr_ext.scripts.dpo", "train with ISDPOTrainer (IS-DAA) from a YAML recipe", True),
+    "eval": ("trl_rlvr_ext.evaluation.cli", "Pass@k evaluation of one or more models: JSON + PNG curve", False),
+    "curate": ("trl_rlvr_ext.curation.offline", "score a dataset's prompts (pass rate, greedy) and filter", False),
     "score-behavior": (
         "trl_rlvr_ext.dpo.behavior",
         "add behavior_*_logps columns to a preference dataset for IS-DPO",

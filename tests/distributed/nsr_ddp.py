@@ -11,10 +11,10 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import torch  # noqa: E402
-from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset  # noqa: E402
+import torch
+from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
 
-from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer  # noqa: E402
+from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 
 
 def main(model_path: str, out_dir: str) -> None:

@@ -4,6 +4,7 @@ Every new field defaults to stock TRL behaviour. Fields are grouped by feature (
 validation of one feature lives next to its fields.
 """
 
+import json
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -12,6 +13,8 @@ from trl import GRPOConfig
 # Loss types whose surrogate is PPO's hard clip min(r·A, clip(r)·A): the only ones with a clip to recover from.
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 CLIP_RECOVERY_MODES = ("none", "nsr", "nsr_expected")
+CURATION_MODES = ("none", "self", "pass_rate")
+PASS_RATE_TARGETS = ("low", "mid")
 
 
 @dataclass
@@ -21,8 +24,6 @@ class RLVRGRPOConfig(GRPOConfig):
     new fields at their defaults the trainer is stock TRL `GRPOTrainer`, to the bit.
 
     Parameters:
-        > Stochastic clip recovery (NSR, https://huggingface.co/papers/2605.22703)
-
         clip_recovery (`str`, *optional*, defaults to `"none"`):
             What happens to tokens that PPO's clip cuts off. `"none"`: stock TRL (no gradient). `"nsr"`: Near-boundary
             Stochastic Rescue: each clipped token draws u ~ U(0, 1); on the upper side (A > 0, r > 1 + ε_high) it is
@@ -33,6 +34,55 @@ class RLVRGRPOConfig(GRPOConfig):
         clip_recovery_seed (`int`, *optional*):
             Seed of the dedicated generator for NSR's draws (the global RNG, which drives generation sampling, is not
             consumed). Defaults to `seed`. Each process offsets it by its rank, so ranks draw independent noise.
+
+        curation (`str`, *optional*, defaults to `"none"`):
+            Which prompts GRPO trains on. `"none"`: stock TRL sampling. `"self"`: every generation step decodes each
+            prompt of the batch greedily with the current policy; only prompts whose greedy answer is wrong enter the
+            loss (GRPO's loss on those prompts alone); a step with none left makes no update; the sampler skips
+            prompts known to be solved until `curation_self_recheck_steps` have passed. `"pass_rate"`: prompts are
+            drawn with weights from a running per-prompt pass-rate estimate (`curation_pass_rate_target`).
+        curation_id_column (`str`, *optional*):
+            Dataset column with a unique id per prompt (e.g. `"idx"`). Defaults to the row index, added by the trainer.
+        curation_reward_func (`str`, *optional*):
+            Name of the reward function whose output is correctness (a function's `__name__`). Required when there are
+            several reward functions; shaped totals are never used for curation.
+        curation_correct_threshold (`float`, *optional*, defaults to `1.0`):
+            A completion is correct when `curation_reward_func` returns at least this (the paper's "reward = 1").
+        curation_self_recheck_steps (`int`, *optional*, defaults to `100`):
+            `"self"`: optimizer steps during which a prompt found solved is not drawn again; then it is re-checked (a
+            solved problem can be forgotten). 0 disables the memory (the paper's filter: check whatever is drawn).
+        curation_self_prepass (`bool`, *optional*, defaults to `False`):
+            `"self"`: decode the whole training set greedily before the first step, so the first batches already skip
+            solved prompts.
+        curation_self_greedy_max_tokens (`int`, *optional*):
+            `"self"`: generation budget of the greedy pass. Defaults to `max_completion_length`.
+        curation_self_fused_greedy (`bool`, *optional*, defaults to `True`):
+            `"self"`: decode the greedy answers in the same `generate` call as the samples (one extra row per prompt,
+            forced to its argmax), instead of a separate greedy call. Applies to transformers generation with the
+            default greedy budget; vLLM uses a separate greedy call.
+        curation_pass_rate_target (`str`, *optional*, defaults to `"mid"`):
+            `"pass_rate"`: `"mid"` weights prompts by 4p(1-p) (groups with 0 < p < 1 carry GRPO signal), `"low"` by
+            1-p (the hardest first).
+        curation_pass_rate_floor (`float`, *optional*, defaults to `0.05`):
+            `"pass_rate"`: minimum weight of any prompt, so none starves.
+        curation_pass_rate_prior_alpha (`float`, *optional*, defaults to `1.0`):
+            Beta prior successes of the pass-rate estimate.
+        curation_pass_rate_prior_beta (`float`, *optional*, defaults to `1.0`):
+            Beta prior failures of the pass-rate estimate.
+        curation_pass_rate_decay (`float`, *optional*, defaults to `0.5`):
+            Forgetting factor of a prompt's counts at each of its updates (1.0: never forget).
+        curation_seed (`int`, *optional*):
+            Seed of the curation sampler's own generator. Defaults to `seed`.
+
+        lora_init (`str`, *optional*):
+            Initialise the LoRA adapter of `peft_config` (required) with `"rlpo"` (A₀ = top-r right singular vectors
+            of W, B₀ = 0), `"rlmo"` (bottom-r), `"pissa"` or `"milora"` (√σ-scaled top/bottom triplets, base
+            rewritten to W − γ·B₀A₀), or a PEFT `init_lora_weights` value (`"olora"`, `"gaussian"`, ...). The
+            trainer builds the PeftModel itself so that the reference is the original model for every init. Paper
+            setting: `"rlpo"` with r = 16, α = 32, learning rate 1e-5.
+        lora_init_kwargs (`dict`, *optional*):
+            Options of the init: `solver`, `oversampling`, `niter`, `seed` (defaults to `seed`), `requantize`,
+            `show_progress`, `initial_adapter_dir`, `save_initial_adapter`. See `trl_rlvr_ext.lora_init`.
     """
 
     # ---------------------------------------------------------------- Stochastic clip recovery (NSR)
@@ -50,9 +100,87 @@ class RLVRGRPOConfig(GRPOConfig):
         metadata={"help": "Seed for NSR's random draws (dedicated generator, offset by rank). Defaults to `seed`."},
     )
 
+    # ---------------------------------------------------------------- Curation
+    curation: str = field(
+        default="none",
+        metadata={
+            "help": "Online prompt curation: 'none' (stock TRL), 'self' (train only on prompts whose greedy answer is "
+            "wrong, SELF https://huggingface.co/papers/2510.02230) or 'pass_rate' (sample prompts by a running "
+            "pass-rate estimate).",
+            "choices": list(CURATION_MODES),
+        },
+    )
+    curation_id_column: str | None = field(
+        default=None,
+        metadata={"help": "Dataset column with a unique id per prompt (e.g. 'idx'). Defaults to the row index."},
+    )
+    curation_reward_func: str | None = field(
+        default=None,
+        metadata={"help": "Name of the reward function that grades correctness (required with several)."},
+    )
+    curation_correct_threshold: float = field(
+        default=1.0, metadata={"help": "Reward of `curation_reward_func` that counts as correct (paper: 1)."}
+    )
+    curation_self_recheck_steps: int = field(
+        default=100,
+        metadata={"help": "'self': steps a greedily solved prompt is left out before it is re-checked (0: never)."},
+    )
+    curation_self_prepass: bool = field(
+        default=False, metadata={"help": "'self': decode the whole training set greedily before the first step."}
+    )
+    curation_self_greedy_max_tokens: int | None = field(
+        default=None, metadata={"help": "'self': token budget of the greedy pass. Defaults to max_completion_length."}
+    )
+    curation_self_fused_greedy: bool = field(
+        default=True,
+        metadata={"help": "'self': decode the greedy answers in the sampling `generate` call (transformers only)."},
+    )
+    curation_pass_rate_target: str = field(
+        default="mid",
+        metadata={
+            "help": "'pass_rate': 'mid' weights prompts by 4p(1-p) (0 < p < 1 carries GRPO signal), 'low' by 1-p.",
+            "choices": list(PASS_RATE_TARGETS),
+        },
+    )
+    curation_pass_rate_floor: float = field(
+        default=0.05, metadata={"help": "'pass_rate': minimum sampling weight of any prompt, so none starves."}
+    )
+    curation_pass_rate_prior_alpha: float = field(
+        default=1.0, metadata={"help": "Beta prior successes of the per-prompt pass-rate estimate."}
+    )
+    curation_pass_rate_prior_beta: float = field(
+        default=1.0, metadata={"help": "Beta prior failures of the per-prompt pass-rate estimate."}
+    )
+    curation_pass_rate_decay: float = field(
+        default=0.5, metadata={"help": "Forgetting factor of a prompt's pass-rate counts at each update (1: none)."}
+    )
+    curation_seed: int | None = field(
+        default=None, metadata={"help": "Seed of the curation sampler's generator. Defaults to `seed`."}
+    )
+
+    # ---------------------------------------------------------------- LoRA initialisers (lora_init)
+    lora_init: str | None = field(
+        default=None,
+        metadata={
+            "help": "Initialise the LoRA adapter of `peft_config` with 'rlpo' or 'rlmo' (orthonormal top/bottom-r "
+            "right singular vectors, B = 0; https://huggingface.co/papers/2606.31813, paper: r=16, alpha=32, "
+            "lr 1e-5), 'pissa' or 'milora' (base rewritten; the reference stays the original model), or a PEFT "
+            "init_lora_weights value. Needs a peft_config."
+        },
+    )
+    lora_init_kwargs: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Options of `lora_init` as a dict (or JSON string): solver, oversampling, niter, seed, requantize, "
+            "show_progress, initial_adapter_dir, save_initial_adapter."
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
         self._check_clip_recovery()
+        self._check_curation()
+        self._check_lora_init()
 
     def _check_clip_recovery(self):
         if self.clip_recovery not in CLIP_RECOVERY_MODES:
@@ -67,3 +195,39 @@ class RLVRGRPOConfig(GRPOConfig):
             )
         if self.clip_recovery != "none" and self.clip_recovery_seed is None:
             self.clip_recovery_seed = self.seed
+
+    def _check_curation(self):
+        if self.curation not in CURATION_MODES:
+            raise ValueError(f"curation={self.curation!r} is not supported. Use one of {list(CURATION_MODES)}.")
+        if self.curation_pass_rate_target not in PASS_RATE_TARGETS:
+            raise ValueError(
+                f"curation_pass_rate_target={self.curation_pass_rate_target!r} is not supported. Use one of "
+                f"{list(PASS_RATE_TARGETS)}."
+            )
+        if not 0 < self.curation_pass_rate_floor <= 1:
+            raise ValueError(f"curation_pass_rate_floor must be in (0, 1], got {self.curation_pass_rate_floor}.")
+        if self.curation_pass_rate_prior_alpha <= 0 or self.curation_pass_rate_prior_beta <= 0:
+            raise ValueError("curation_pass_rate_prior_alpha and curation_pass_rate_prior_beta must be > 0.")
+        if not 0 < self.curation_pass_rate_decay <= 1:
+            raise ValueError(f"curation_pass_rate_decay must be in (0, 1], got {self.curation_pass_rate_decay}.")
+        if self.curation_self_recheck_steps < 0:
+            raise ValueError(
+                f"curation_self_recheck_steps must be >= 0 (0 disables the memory), got "
+                f"{self.curation_self_recheck_steps}."
+            )
+        if self.curation_self_greedy_max_tokens is not None and self.curation_self_greedy_max_tokens < 1:
+            raise ValueError("curation_self_greedy_max_tokens must be at least 1 (or None for max_completion_length).")
+        if self.curation != "none" and self.remove_unused_columns:
+            raise ValueError(
+                "curation needs the prompt-id column to reach the trainer: set remove_unused_columns=False (TRL's "
+                "GRPO default)."
+            )
+        if self.curation != "none" and self.curation_seed is None:
+            self.curation_seed = self.seed
+
+    def _check_lora_init(self):
+        from ..lora_init.integration import check_lora_init_args  # lazy: torch/peft only when the config is built
+
+        if isinstance(self.lora_init_kwargs, str):
+            self.lora_init_kwargs = json.loads(self.lora_init_kwargs)
+        check_lora_init_args(self.lora_init, self.lora_init_kwargs)

@@ -12,16 +12,22 @@ from trl import GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
 
 from ..losses.clip_recovery import clip_recovery_objective
+from .curation_mixin import CurationMixin
 from .grpo_config import CLIPPED_LOSS_TYPES, RLVRGRPOConfig
 
 
-class RLVRGRPOTrainer(GRPOTrainer):
+class RLVRGRPOTrainer(CurationMixin, GRPOTrainer):
     """[`~trl.GRPOTrainer`] with this package's methods, configured by [`RLVRGRPOConfig`].
 
     - Stochastic clip recovery (`clip_recovery="nsr"` / `"nsr_expected"`, https://huggingface.co/papers/2605.22703):
       tokens cut off by PPO's clip are rescued at random (or given their expected weight), see
       `trl_rlvr_ext.losses.clip_recovery_objective`. Logged as `clip_recovery/low_frac` and
       `clip_recovery/high_frac` (rescued tokens over all completion tokens), beside TRL's `clip_ratio/*`.
+    - Online curation (`curation="self"`, https://huggingface.co/papers/2510.02230, or `"pass_rate"`): train only on
+      prompts the policy does not yet solve greedily, or sample prompts by a running pass-rate estimate
+      (`CurationMixin`); logged as `curation/*`.
+    - LoRA initialisers (`lora_init`, with a `peft_config`): RLPO, RLMO, PiSSA, MiLoRA, with TRL's reference kept
+      equal to the original model.
 
     The constructor is `GRPOTrainer`'s; `args` must be an [`RLVRGRPOConfig`].
     """
@@ -37,6 +43,14 @@ class RLVRGRPOTrainer(GRPOTrainer):
         if args is None:
             model_name = model if isinstance(model, str) else model.config._name_or_path
             args = RLVRGRPOConfig(f"{str(model_name).split('/')[-1] or 'model'}-RLVR-GRPO")
+        if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original
+            from ..lora_init.integration import prepare_model_for_trainer
+
+            prepared = prepare_model_for_trainer(
+                model, kwargs.get("peft_config"), args, kwargs.get("quantization_config"), kwargs.get("callbacks")
+            )
+            model = prepared.model
+            kwargs.update(peft_config=None, quantization_config=None, callbacks=prepared.callbacks)
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self._recovery_generator = None
 

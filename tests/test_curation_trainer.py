@@ -1,0 +1,432 @@
+"""Online curation in RLVRGRPOTrainer: SELF masking and loss, skipped steps, stock equivalence, checkpoints."""
+
+import json
+import os
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.utils import split_tensor_dict
+
+from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+from trl_rlvr_ext.evaluation.generation import TransformersBackend, decode_completions, render_prompt_ids
+from trl_rlvr_ext.grpo.curation_mixin import CURATION_STATE_NAME
+
+
+def length_reward(completions, curation_row=None, **kwargs):
+    """Dense and prompt-dependent (the row id shifts each group's mean), so group and batch statistics differ."""
+    rows = curation_row if curation_row is not None else [0] * len(completions)
+    return [row + sum(map(ord, c)) % 7 / 10 for c, row in zip(completions, rows)]
+
+
+def prompts(n=8):
+    return Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(n)], "answer": [str(2 * i) for i in range(n)]})
+
+
+def config(tmp_path, **overrides):
+    kwargs = {
+        "output_dir": str(tmp_path),
+        "per_device_train_batch_size": 8,
+        "num_generations": 2,
+        "max_completion_length": 6,
+        "learning_rate": 1e-2,
+        "max_steps": 3,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": True,
+        "gradient_checkpointing": False,
+        "seed": 0,
+    }
+    kwargs.update(overrides)
+    return kwargs
+
+
+def make_trainer(tmp_path, model_path, reward=length_reward, dataset=None, **overrides):
+    args = RLVRGRPOConfig(**config(tmp_path, **overrides))
+    return RLVRGRPOTrainer(model=model_path, reward_funcs=reward, args=args, train_dataset=dataset or prompts())
+
+
+def scripted_greedy(trainer, solved_rows):
+    """Replace the greedy answers' grading by a script: row r is solved iff r in solved_rows(step)."""
+    trainer._curation_grade = lambda examples, completion_ids: [
+        ex["curation_row"] in solved_rows(trainer.state.global_step) for ex in examples
+    ]
+
+
+# ---------------------------------------------------------------------------------------------- the SELF loss
+def independent_advantages(rewards, keep, num_generations, scale):
+    """GRPO advantages computed from the kept prompts' rewards only (TRL's formula, written out)."""
+    kept = rewards[keep].view(-1, num_generations)
+    mean = kept.mean(dim=1, keepdim=True)
+    std = kept.std(dim=1, keepdim=True) if scale == "group" else kept.flatten().std().expand_as(mean)
+    return ((kept - mean) / (std + 1e-4)).flatten()
+
+
+@pytest.mark.parametrize(
+    "loss_type, scale",
+    [("dapo", "batch"), ("dapo", "group"), ("grpo", "batch"), ("bnpo", "group"), ("dr_grpo", "batch")],
+)
+def test_self_loss_equals_grpo_loss_on_the_kept_prompts(tiny_model_path, tmp_path, loss_type, scale):
+    recorded = []
+
+    def reward(completions, **kwargs):
+        out = length_reward(completions, **kwargs)
+        recorded.append(torch.tensor(out))
+        return out
+
+    trainer = make_trainer(
+        tmp_path, tiny_model_path, reward, curation="self", loss_type=loss_type, scale_rewards=scale
+    )
+    scripted_greedy(trainer, lambda step: {1, 3})
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    inputs = [dict(trainer.train_dataset[r]) for r in (0, 0, 1, 1, 2, 2, 3, 3)]
+    out = trainer._generate_and_score_completions(inputs)
+    rewards = recorded[-1]
+    keep = torch.tensor([True, True, False, False, True, True, False, False])
+    assert torch.equal(out["curation_keep"], keep)
+    advantages = independent_advantages(rewards, keep, 2, scale)
+    torch.testing.assert_close(out["advantages"][keep], advantages, rtol=1e-5, atol=1e-6)
+    assert torch.all(out["advantages"][~keep] == 0)
+    if scale == "batch":  # the kept prompts' own batch statistics, not the whole batch's: the masking matters
+        stock = (rewards.view(-1, 2) - rewards.view(-1, 2).mean(1, keepdim=True)).flatten() / (rewards.std() + 1e-4)
+        assert not torch.allclose(stock[keep], advantages)
+    # stock GRPO's loss on a batch made of the kept prompts only, with its own token normaliser
+    kept_batch = {k: out[k][keep] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+    kept_batch["advantages"] = advantages
+    kept_batch["num_items_in_batch"] = out["completion_mask"][keep].sum()
+    expected = GRPOTrainer._compute_loss(trainer, trainer.model, kept_batch)
+    got = trainer.compute_loss(trainer.model, out)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
+    assert got.abs() > 0
+
+
+def test_self_loss_over_micro_batches_sums_to_the_kept_only_loss(tiny_model_path, tmp_path):
+    # dapo's normaliser spans the generation batch: the micro-batch losses of one optimizer step add up to GRPO's
+    # loss on the kept prompts, however the kept rows fall into micro-batches (one of them may hold none)
+    trainer = make_trainer(
+        tmp_path, tiny_model_path, curation="self", per_device_train_batch_size=4, gradient_accumulation_steps=2
+    )
+    scripted_greedy(trainer, lambda step: {0, 1, 3})
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    inputs = [dict(trainer.train_dataset[r]) for r in (0, 0, 1, 1, 2, 2, 3, 3)]
+    out = trainer._generate_and_score_completions(inputs)
+    keep = out["curation_keep"]
+    assert keep.tolist() == [False] * 4 + [True] * 2 + [False] * 2
+    micro = split_tensor_dict(dict(out), 2)  # unshuffled: the first micro-batch keeps nothing
+    losses = [trainer.compute_loss(trainer.model, m) for m in micro]
+    assert losses[0] == 0 and losses[0].requires_grad  # still a graph, for DDP's all-reduce
+    kept_batch = {k: out[k][keep] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+    kept_batch["advantages"] = out["advantages"][keep]
+    kept_batch["num_items_in_batch"] = out["completion_mask"][keep].sum()
+    expected = GRPOTrainer._compute_loss(trainer, trainer.model, kept_batch)
+    torch.testing.assert_close(losses[0] + losses[1], expected, rtol=1e-5, atol=1e-7)
+    # the empty micro-batch's gradient is exactly zero
+    trainer.model.zero_grad()
+    losses = [trainer.compute_loss(trainer.model, m) for m in micro]
+    losses[0].backward()
+    assert all(p.grad is None or torch.all(p.grad == 0) for p in trainer.model.parameters())
+
+
+def test_greedy_rows_processor_forces_the_argmax_only_where_asked():
+    from trl_rlvr_ext.grpo.curation_mixin import GreedyRows
+
+    scores = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 1.0], [0.0, 0.5, 0.4]])
+    out = GreedyRows(torch.tensor([False, True, True]))(None, scores.clone())
+    assert torch.equal(out[0], scores[0])
+    assert out[1].tolist() == [0.0, float("-inf"), float("-inf")]
+    assert out[2].tolist() == [float("-inf"), 0.0, float("-inf")]
+
+
+def test_fused_greedy_rows_equal_a_separate_greedy_decode(tiny_model_path, tmp_path):
+    graded = []
+    trainer = make_trainer(tmp_path, tiny_model_path, curation="self", per_device_train_batch_size=8)
+    real = trainer._curation_grade
+
+    def spy(examples, completion_ids):
+        graded.append(([e["curation_row"] for e in examples], [list(c) for c in completion_ids]))
+        return real(examples, completion_ids)
+
+    trainer._curation_grade = spy
+    trainer.model.train()
+    inputs = [dict(trainer.train_dataset[r]) for r in (5, 5, 2, 2, 7, 7, 0, 0)]
+    out = trainer._generate_and_score_completions(inputs)
+    assert out["completion_ids"].size(0) == 8  # the greedy rows were split off again
+    rows, fused = graded[-1]
+    assert rows == [5, 2, 7, 0]
+    tokenizer = trainer.processing_class
+    backend = TransformersBackend(trainer.model, tokenizer, batch_size=8)
+    prompts = render_prompt_ids(tokenizer, [trainer.train_dataset[r]["prompt"] for r in rows])
+    separate = [x[0] for x in backend.generate(prompts, greedy=True, max_new_tokens=6)]
+    assert fused == separate
+
+
+def test_greedy_pass_decodes_greedily_with_the_current_policy(tiny_model_path, tmp_path):
+    seen = []
+
+    def reward(completions, **kwargs):
+        seen.append(list(completions))
+        return [1.0 if len(c) % 2 == 0 else 0.0 for c in completions]
+
+    trainer = make_trainer(tmp_path, tiny_model_path, reward, curation="self")
+    examples = [dict(trainer.train_dataset[r]) for r in range(5)]
+    correct = trainer._curation_greedy_grade(examples)
+    tokenizer = trainer.processing_class
+    backend = TransformersBackend(trainer.model, tokenizer, batch_size=1)
+    ids = backend.generate(
+        render_prompt_ids(tokenizer, [e["prompt"] for e in examples]), greedy=True, max_new_tokens=6
+    )
+    expected = decode_completions(tokenizer, [x[0] for x in ids], False)
+    assert seen[-1] == expected
+    assert correct == [len(c) % 2 == 0 for c in expected]
+
+
+# ---------------------------------------------------------------------------------------------- skipped steps
+class ParamRecorder(TrainerCallback):
+    def __init__(self):
+        self.params = []
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.params.append([p.detach().clone() for p in model.parameters()])
+
+
+def test_step_without_kept_prompts_leaves_parameters_untouched(tiny_model_path, tmp_path):
+    # AdamW with weight decay and momentum from step 1 would move every parameter at step 2 even with zero gradients
+    trainer = make_trainer(tmp_path, tiny_model_path, curation="self", weight_decay=0.1, max_steps=3)
+    scripted_greedy(trainer, lambda step: set(range(8)) if step == 1 else set())
+    recorder = ParamRecorder()
+    trainer.add_callback(recorder)
+    initial = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    step1, step2, step3 = recorder.params
+    assert any(not torch.equal(a, b) for a, b in zip(initial, step1))
+    assert all(torch.equal(a, b) for a, b in zip(step1, step2))  # the skipped step
+    assert any(not torch.equal(a, b) for a, b in zip(step2, step3))
+    logs = {log["step"]: log for log in trainer.state.log_history if "loss" in log}
+    assert [logs[s]["curation/step_skipped"] for s in (1, 2, 3)] == [0.0, 1.0, 0.0]
+    assert [logs[s]["curation/skipped_steps"] for s in (1, 2, 3)] == [0.0, 1.0, 1.0]
+    assert logs[2]["curation/kept_prompts"] == 0 and logs[1]["curation/kept_prompts"] == 4
+    assert logs[2]["curation/greedy_solved_frac"] == 1.0 and logs[2]["loss"] == 0.0
+    # the optimizer never counted the skipped step
+    state = trainer.optimizer.state[next(trainer.model.parameters())]
+    assert int(state["step"]) == 2
+
+
+# ---------------------------------------------------------------------------------------------- equivalences
+def run(trainer_cls, args_cls, tmp_path, model_path, reward, dataset, **overrides):
+    trainer = trainer_cls(
+        model=model_path, reward_funcs=reward, args=args_cls(**config(tmp_path, **overrides)), train_dataset=dataset
+    )
+    trainer.train()
+    return trainer
+
+
+def test_curation_off_is_stock_grpo_to_the_bit(tiny_model_path, tmp_path):
+    data = prompts()
+    stock = run(GRPOTrainer, GRPOConfig, tmp_path / "a", tiny_model_path, length_reward, data, num_iterations=2)
+    ours = run(RLVRGRPOTrainer, RLVRGRPOConfig, tmp_path / "b", tiny_model_path, length_reward, data, num_iterations=2)
+    for p, q in zip(stock.model.parameters(), ours.model.parameters()):
+        assert torch.equal(p, q)
+    strip = [
+        {k: v for k, v in log.items() if "runtime" not in k and "per_second" not in k and k != "step_time"}
+        for log in stock.state.log_history
+    ]
+    mine = [
+        {k: v for k, v in log.items() if "runtime" not in k and "per_second" not in k and k != "step_time"}
+        for log in ours.state.log_history
+    ]
+    assert strip == mine
+
+
+def test_self_with_no_greedily_solved_prompt_is_grpo_to_the_bit(tiny_model_path, tmp_path):
+    # the toy task with its verifiable reward: the random tiny model never answers correctly, so SELF keeps every
+    # prompt, and must then train exactly as stock GRPO (same prompts, advantages, normalisers, updates)
+    from trl_rlvr_ext.rewards.toy import toy_accuracy_reward
+    from trl_rlvr_ext.toy.task import make_task_datasets
+
+    def reward(completions, answer, **kwargs):  # toy correctness plus a dense term, so the loss is not zero
+        return [a + sum(map(ord, c)) % 7 / 10 for a, c in zip(toy_accuracy_reward(completions, answer), completions)]
+
+    data = make_task_datasets(num_train=16, num_test=4, min_digits=1, max_digits=2)["train"]
+    stock = run(GRPOTrainer, GRPOConfig, tmp_path / "a", tiny_model_path, reward, data)
+    ours = run(
+        RLVRGRPOTrainer,
+        RLVRGRPOConfig,
+        tmp_path / "b",
+        tiny_model_path,
+        reward,
+        data,
+        curation="self",
+        curation_correct_threshold=1.0,
+        curation_id_column="idx",
+        curation_self_fused_greedy=False,  # a separate greedy call leaves the sampling draws untouched
+    )
+    logs = [log for log in ours.state.log_history if "loss" in log]
+    assert all(log["curation/greedy_solved_frac"] == 0.0 and log["curation/kept_prompts"] == 4 for log in logs)
+    for p, q in zip(stock.model.parameters(), ours.model.parameters()):
+        assert torch.equal(p, q)
+    assert [log["loss"] for log in stock.state.log_history if "loss" in log] == [log["loss"] for log in logs]
+
+
+# ---------------------------------------------------------------------------------------------- training
+def test_pass_rate_curation_trains_and_tracks_pass_rates(tiny_model_path, tmp_path):
+    from trl_rlvr_ext.toy.task import make_task_datasets
+
+    def half_right(completions, idx, **kwargs):  # verifiable correctness that depends on the problem
+        return [float((i + sum(map(ord, c))) % 2 == 0) for i, c in zip(idx, completions)]
+
+    data = make_task_datasets(num_train=12, num_test=4, min_digits=1, max_digits=2)["train"]
+    trainer = make_trainer(
+        tmp_path,
+        tiny_model_path,
+        half_right,
+        data,
+        curation="pass_rate",
+        curation_id_column="idx",
+        max_steps=4,
+        curation_pass_rate_target="mid",
+        curation_pass_rate_floor=0.2,
+        curation_pass_rate_decay=1.0,
+    )
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.train()
+    assert trainer.state.log_history[-1]["train_loss"] is not None
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert all("curation/mean_pass_rate" in log and "curation/batch_pass_rate" in log for log in logs)
+    state, sampler = trainer._curation_state, trainer._curation_sampler
+    assert state.trials.sum() == 4 * 8  # 4 generation batches of 8 completions
+    probabilities = sampler.probabilities()
+    assert probabilities.min() > 0 and probabilities.max() > probabilities.min()  # the estimates moved the weights
+
+
+def test_self_curation_on_the_toy_task_skips_solved_prompts(tiny_model_path, tmp_path):
+    from trl_rlvr_ext.toy.task import make_task_datasets
+
+    def reward(completions, idx, **kwargs):  # greedy completions are fixed per prompt: "correct" for even idx here
+        return [float(i % 2 == 0) for i in idx]
+
+    data = make_task_datasets(num_train=16, num_test=4, min_digits=1, max_digits=2)["train"]
+    trainer = make_trainer(
+        tmp_path,
+        tiny_model_path,
+        reward,
+        data,
+        curation="self",
+        curation_id_column="idx",
+        max_steps=4,
+        curation_self_prepass=True,
+        curation_self_recheck_steps=100,
+    )
+    drawn = []
+    original = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        drawn.append({x["idx"] for x in inputs})
+        return original(inputs)
+
+    trainer._generate_and_score_completions = spy
+    trainer.train()
+    # the pre-pass marked every even problem solved, so the sampler only ever draws odd ones
+    assert trainer._curation_state.prepass_done
+    assert all(all(i % 2 == 1 for i in batch) for batch in drawn)
+    assert all(log["curation/kept_prompts"] == 4 for log in trainer.state.log_history if "loss" in log)
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+@pytest.mark.parametrize("mode", ["self", "pass_rate"])
+def test_resume_continues_the_same_index_stream(tiny_model_path, tmp_path, mode):
+    def reward(completions, curation_row, **kwargs):
+        return [float((row + sum(map(ord, c))) % 3 == 0) for row, c in zip(curation_row, completions)]
+
+    def train(output_dir, resume=None):
+        trainer = make_trainer(
+            output_dir,
+            tiny_model_path,
+            reward,
+            prompts(8),
+            curation=mode,
+            max_steps=6,
+            save_strategy="steps",
+            save_steps=2,
+            per_device_train_batch_size=4,
+            curation_self_recheck_steps=2,
+        )
+        streams = []
+        original = trainer._generate_and_score_completions
+
+        def spy(inputs):
+            streams.append((trainer.state.global_step, [x["curation_row"] for x in inputs]))
+            return original(inputs)
+
+        trainer._generate_and_score_completions = spy
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer, streams
+
+    full, full_stream = train(tmp_path / "full")
+    # 8 prompts, 2 per generation batch: 4 steps per pass; checkpoint 2 is inside pass 0, checkpoint 4 at its end
+    for checkpoint in (2, 4):
+        path = tmp_path / "full" / f"checkpoint-{checkpoint}"
+        assert (path / CURATION_STATE_NAME).is_file()
+        with open(path / CURATION_STATE_NAME) as f:
+            assert json.load(f)["state"]["num_prompts"] == 8
+        resumed, stream = train(tmp_path / "full", resume=str(path))
+        assert stream == full_stream[checkpoint:]
+        assert resumed._curation_state == full._curation_state
+    assert len({tuple(rows) for _, rows in full_stream}) > 1
+
+
+def test_resume_rejects_a_checkpoint_without_curation_state(tiny_model_path, tmp_path):
+    plain = make_trainer(tmp_path, tiny_model_path, max_steps=1, save_strategy="steps", save_steps=1)
+    plain.train()
+    trainer = make_trainer(tmp_path, tiny_model_path, curation="pass_rate", max_steps=2)
+    with pytest.raises(FileNotFoundError, match=CURATION_STATE_NAME):
+        trainer.train(resume_from_checkpoint=os.path.join(tmp_path, "checkpoint-1"))
+
+
+def test_configuration_errors_are_clear(tiny_model_path, tmp_path):
+    def other(completions, **kwargs):
+        return [0.0] * len(completions)
+
+    with pytest.raises(ValueError, match="curation_reward_func"):
+        RLVRGRPOTrainer(
+            model=tiny_model_path,
+            reward_funcs=[length_reward, other],
+            args=RLVRGRPOConfig(**config(tmp_path, curation="self")),
+            train_dataset=prompts(),
+        )
+    with pytest.raises(ValueError, match="not one of the reward functions"):
+        make_trainer(tmp_path, tiny_model_path, curation="self", curation_reward_func="nope")
+    with pytest.raises(ValueError, match="not a column"):
+        make_trainer(tmp_path, tiny_model_path, curation="self", curation_id_column="idx")
+    dup = Dataset.from_dict({"prompt": ["a", "b", "c", "d"], "idx": [0, 1, 1, 2]})
+    with pytest.raises(ValueError, match="duplicates"):
+        make_trainer(tmp_path, tiny_model_path, dataset=dup, curation="self", curation_id_column="idx")
+    with pytest.raises(ValueError, match="remove_unused_columns"):
+        RLVRGRPOConfig(**config(tmp_path, curation="self", remove_unused_columns=True))
+    with pytest.raises(ValueError, match="curation_pass_rate_floor"):
+        RLVRGRPOConfig(**config(tmp_path, curation="pass_rate", curation_pass_rate_floor=0.0))
+    with pytest.raises(ValueError, match="not supported"):
+        RLVRGRPOConfig(**config(tmp_path, curation="greedy"))
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "bnpo"])
+def test_padding_rows_carry_no_loss(tiny_model_path, tmp_path, loss_type):
+    # multi-process runs pad each rank's kept rows to a common count; for token-normalised losses that changes nothing
+    from trl_rlvr_ext.grpo.curation_mixin import select_rows
+
+    trainer = make_trainer(tmp_path, tiny_model_path, curation="self", loss_type=loss_type)
+    scripted_greedy(trainer, lambda step: {1, 3})
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    out = trainer._generate_and_score_completions([dict(trainer.train_dataset[r]) for r in (0, 0, 1, 1, 2, 2, 3, 3)])
+    index = out.pop("curation_keep").nonzero(as_tuple=True)[0]
+    padded = select_rows(out, index, num_padding=3)
+    assert padded["completion_mask"].size(0) == 7 and padded["completion_mask"][-3:].sum() == 0
+    assert torch.all(padded["advantages"][-3:] == 0)
+    plain = GRPOTrainer._compute_loss(trainer, trainer.model, select_rows(out, index))
+    torch.testing.assert_close(GRPOTrainer._compute_loss(trainer, trainer.model, padded), plain)

@@ -1,0 +1,355 @@
+"""Offline curation: score every prompt of a dataset with a model, then filter by pass rate / greedy correctness.
+
+For each prompt: ``k`` samples and one greedy decode, graded by the reward functions; the scores are
+
+- ``pass_rate``: share of the ``k`` samples that are correct (``num_correct`` / ``num_samples``);
+- ``greedy_correct``: whether the greedy answer is correct (SELF's criterion, https://huggingface.co/papers/2510.02230);
+- ``correct_mean_logprob``: mean over the correct samples of their mean token log-likelihood under the model
+  (``None`` when no sample is correct): low values mark problems whose correct solutions are unlikely.
+
+The work is split into shards of ``shard_size`` prompts; each finished shard is written atomically (to a temporary
+file, then renamed) under ``<output_dir>/shards/``. A rerun with the same settings loads the finished shards and
+scores only the rest, so an interrupted run loses at most the shard in progress. Shard ``i`` samples with seed
+``seed + i``: the results do not depend on where a run was interrupted.
+
+Command line: ``trl-rlvr-ext curate --model M --dataset D --reward_funcs F --output_dir OUT [filters]``.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ..evaluation.generation import (
+    decode_completions,
+    grade,
+    is_conversational_prompt,
+    make_backend,
+    render_prompt_ids,
+)
+
+
+SCORE_COLUMNS = ("pass_rate", "num_correct", "num_samples", "greedy_correct", "correct_mean_logprob")
+_META_FILE = "curate_meta.json"
+
+
+def _shard_path(output_dir: str, index: int) -> str:
+    return os.path.join(output_dir, "shards", f"shard-{index:05d}.jsonl")
+
+
+def score_rows(
+    backend,
+    tokenizer,
+    rows: Sequence[dict],
+    reward_funcs: Sequence[Callable],
+    num_samples: int,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 256,
+    correct_threshold: float = 1.0,
+    seed: int | None = 0,
+) -> list[dict]:
+    """Scores of each row (a dict with ``prompt`` and the reward functions' columns); see the module docstring."""
+    prompts = [row["prompt"] for row in rows]
+    conversational = is_conversational_prompt(prompts[0])
+    prompt_ids = render_prompt_ids(tokenizer, prompts)
+    columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
+
+    sampled = backend.generate(
+        prompt_ids, num_samples, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed
+    )
+    flat_ids = [ids for per_prompt in sampled for ids in per_prompt]
+    repeat = {key: [v for v in values for _ in range(num_samples)] for key, values in columns.items()}
+    completions = decode_completions(tokenizer, flat_ids, conversational)
+    flat_prompts = [p for p in prompts for _ in range(num_samples)]
+    correct = grade(reward_funcs, flat_prompts, completions, flat_ids, repeat, correct_threshold)
+    correct = correct.reshape(len(rows), num_samples)
+
+    greedy = [
+        per_prompt[0] for per_prompt in backend.generate(prompt_ids, 1, greedy=True, max_new_tokens=max_new_tokens)
+    ]
+    greedy_correct = grade(
+        reward_funcs,
+        prompts,
+        decode_completions(tokenizer, greedy, conversational),
+        greedy,
+        columns,
+        correct_threshold,
+    )
+
+    # log-likelihood of the correct samples only (the quantity SELF's analysis tracks)
+    pairs = [(i, j) for i in range(len(rows)) for j in range(num_samples) if correct[i, j]]
+    logprobs = (
+        backend.mean_logprobs([prompt_ids[i] for i, _ in pairs], [sampled[i][j] for i, j in pairs]) if pairs else []
+    )
+    per_row: list[list[float]] = [[] for _ in rows]
+    for (i, _), value in zip(pairs, logprobs):
+        if not math.isnan(value):
+            per_row[i].append(value)
+
+    return [
+        {
+            "num_correct": int(correct[i].sum()),
+            "num_samples": num_samples,
+            "pass_rate": float(correct[i].mean()),
+            "greedy_correct": bool(greedy_correct[i]),
+            "correct_mean_logprob": float(np.mean(per_row[i])) if per_row[i] else None,
+        }
+        for i in range(len(rows))
+    ]
+
+
+def _score_shard(backend, tokenizer, rows, reward_funcs, settings: dict, seed: int) -> list[dict]:
+    return score_rows(
+        backend,
+        tokenizer,
+        rows,
+        reward_funcs,
+        settings["num_samples"],
+        temperature=settings["temperature"],
+        top_p=settings["top_p"],
+        max_new_tokens=settings["max_new_tokens"],
+        correct_threshold=settings["correct_threshold"],
+        seed=seed,
+    )
+
+
+def _write_atomically(path: str, lines: list[dict]) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.writelines(json.dumps(line) + "\n" for line in lines)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)  # atomic: a shard file is either absent or complete
+
+
+def score_dataset(
+    model,
+    dataset,
+    reward_funcs: Callable | Sequence[Callable],
+    output_dir: str,
+    tokenizer=None,
+    num_samples: int = 8,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 1024,
+    correct_threshold: float = 1.0,
+    shard_size: int = 256,
+    batch_size: int = 64,
+    use_vllm: bool = False,
+    vllm_kwargs: dict | None = None,
+    seed: int = 0,
+    progress: bool = True,
+):
+    r"""
+    Score every prompt of ``dataset`` with ``model``; resumable (see the module docstring).
+
+    Args:
+        model (`str` or `PreTrainedModel`): a path / hub id, or a loaded causal LM (not with ``use_vllm``).
+        dataset (`datasets.Dataset`): prompts (``prompt`` column) and the reward functions' columns.
+        reward_funcs: TRL-style reward functions; a sample is correct when each returns at least ``correct_threshold``.
+        output_dir: where shards, the settings and the scored dataset are written.
+        tokenizer: the tokenizer (loaded from ``model`` when it is a path).
+        num_samples: ``k``, samples per prompt.
+        temperature, top_p, max_new_tokens: sampling settings (the greedy decode uses ``max_new_tokens`` too).
+        correct_threshold: the reward that counts as correct.
+        shard_size: prompts per shard (the unit of work that an interruption can lose).
+        batch_size: sequences per ``generate`` call.
+        use_vllm: generate with vLLM (installed separately).
+        vllm_kwargs: arguments for `vllm.LLM`.
+        seed: base sampling seed (shard ``i`` uses ``seed + i``).
+        progress: show a progress bar over shards.
+
+    Returns:
+        `datasets.Dataset`: ``dataset`` with the columns ``pass_rate``, ``num_correct``, ``num_samples``,
+        ``greedy_correct`` and ``correct_mean_logprob``, also saved to ``<output_dir>/scored`` (``save_to_disk``).
+    """
+
+    if callable(reward_funcs) and not isinstance(reward_funcs, (list, tuple)):
+        reward_funcs = [reward_funcs]
+    if num_samples < 1 or shard_size < 1:
+        raise ValueError(f"num_samples and shard_size must be at least 1, got {num_samples} and {shard_size}.")
+    if "prompt" not in dataset.column_names:
+        raise ValueError(f"The dataset needs a 'prompt' column, got {dataset.column_names}.")
+    if clash := [c for c in SCORE_COLUMNS if c in dataset.column_names]:
+        raise ValueError(f"The dataset already has the score columns {clash}; drop them before scoring.")
+    settings = {
+        "num_rows": len(dataset),
+        "dataset_fingerprint": getattr(dataset, "_fingerprint", None),
+        "model": model if isinstance(model, (str, os.PathLike)) else getattr(model, "name_or_path", None),
+        "num_samples": num_samples,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_new_tokens": max_new_tokens,
+        "correct_threshold": correct_threshold,
+        "shard_size": shard_size,
+        "seed": seed,
+        "reward_funcs": [getattr(f, "__name__", type(f).__name__) for f in reward_funcs],
+    }
+    settings["model"] = None if settings["model"] is None else str(settings["model"])
+    os.makedirs(os.path.join(output_dir, "shards"), exist_ok=True)
+    meta_path = os.path.join(output_dir, _META_FILE)
+    if os.path.isfile(meta_path):
+        with open(meta_path) as f:
+            saved = json.load(f)
+        if saved != settings:
+            changed = sorted(k for k in settings if saved.get(k) != settings[k])
+            raise ValueError(
+                f"{output_dir} holds scores made with other settings ({changed} differ). Use a new output_dir, or "
+                "the settings of the run that wrote it to resume."
+            )
+    else:
+        _write_atomically(meta_path, [settings])  # one JSON line
+        with open(meta_path) as f:
+            settings = json.loads(f.readline())
+
+    num_shards = -(-len(dataset) // shard_size)
+    todo = [i for i in range(num_shards) if not os.path.isfile(_shard_path(output_dir, i))]
+    if todo:
+        if tokenizer is None:
+            if not isinstance(model, (str, os.PathLike)):
+                raise ValueError("Pass the tokenizer when `model` is a loaded model.")
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model)
+        if isinstance(model, (str, os.PathLike)) and not use_vllm:
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(model)
+        backend = make_backend(model, tokenizer, use_vllm, batch_size, vllm_kwargs=vllm_kwargs)
+        bar = tqdm(total=num_shards, initial=num_shards - len(todo), desc="Scoring shards", disable=not progress)
+        for i in todo:
+            rows = [
+                dict(row) for row in dataset.select(range(i * shard_size, min((i + 1) * shard_size, len(dataset))))
+            ]
+            scores = _score_shard(backend, tokenizer, rows, reward_funcs, settings, seed + i)
+            _write_atomically(
+                _shard_path(output_dir, i), [{"row": i * shard_size + j, **s} for j, s in enumerate(scores)]
+            )
+            bar.update(1)
+        bar.close()
+
+    scores = load_scores(output_dir, len(dataset), shard_size)
+    scored = dataset
+    for column in SCORE_COLUMNS:
+        scored = scored.add_column(column, [s[column] for s in scores])
+    scored.save_to_disk(os.path.join(output_dir, "scored"))
+    return scored
+
+
+def load_scores(output_dir: str, num_rows: int, shard_size: int) -> list[dict]:
+    """The per-row scores of a finished run, in dataset order."""
+    scores = []
+    for i in range(-(-num_rows // shard_size)):
+        with open(_shard_path(output_dir, i)) as f:
+            scores.extend(json.loads(line) for line in f)
+    if [s["row"] for s in scores] != list(range(num_rows)):
+        raise RuntimeError(f"The shards in {output_dir} do not cover rows 0..{num_rows - 1} in order.")
+    return scores
+
+
+def filter_scored(
+    scored,
+    min_pass_rate: float | None = None,
+    max_pass_rate: float | None = None,
+    drop_greedy_correct: bool = False,
+):
+    """Keep the rows with ``min_pass_rate <= pass_rate <= max_pass_rate`` (bounds inclusive, ``None``: no bound) and,
+    with ``drop_greedy_correct``, only those whose greedy answer is wrong (SELF's criterion, applied offline).
+
+    With ``k`` samples, "0 < p < 1" is ``min_pass_rate=1/k, max_pass_rate=1-1/k``; open-r1 kept 0.1 <= p <= 0.6."""
+
+    def keep(row):
+        p = row["pass_rate"]
+        if min_pass_rate is not None and p < min_pass_rate:
+            return False
+        if max_pass_rate is not None and p > max_pass_rate:
+            return False
+        return not (drop_greedy_correct and row["greedy_correct"])
+
+    return scored.filter(keep)
+
+
+def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(
+        prog="trl-rlvr-ext curate", description="Score prompts with a model (k samples + greedy) and filter them."
+    )
+    parser.add_argument("--model", required=True, help="Model path, hub id, or 'toy:base' / 'toy:tiny'.")
+    parser.add_argument(
+        "--dataset",
+        required=True,
+        help="'toy:arithmetic', a save_to_disk folder, a json/jsonl/parquet/csv file, or a hub name.",
+    )
+    parser.add_argument("--dataset_config", default=None, help="Hub dataset configuration.")
+    parser.add_argument("--prompt_column", default="prompt", help="Column with the problem text (default: prompt).")
+    parser.add_argument(
+        "--prompt_template",
+        default=None,
+        help="Build prompts from a str.format template over the columns, e.g. '{problem} Put the answer in \\boxed{{}}.'",
+    )
+    parser.add_argument("--chat", action="store_true", help="Send each prompt as one user message (chat template).")
+    parser.add_argument("--split", default="train", help="Dataset split (default: train).")
+    parser.add_argument(
+        "--reward_funcs", nargs="+", required=True, help="Reward functions (names or import paths), as for eval."
+    )
+    parser.add_argument("--output_dir", required=True, help="Shards, settings, scored/ and filtered/ go here.")
+    parser.add_argument("--num_samples", type=int, default=8, help="Samples per prompt, k (default 8).")
+    parser.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature (default 1.0).")
+    parser.add_argument("--top_p", type=float, default=1.0, help="Nucleus sampling (default 1.0).")
+    parser.add_argument("--max_new_tokens", type=int, default=1024, help="Generation budget.")
+    parser.add_argument("--correct_threshold", type=float, default=1.0, help="Reward that counts as correct.")
+    parser.add_argument("--shard_size", type=int, default=256, help="Prompts per shard (the resumable unit).")
+    parser.add_argument("--batch_size", type=int, default=64, help="Sequences per generate call.")
+    parser.add_argument("--num_problems", type=int, default=None, help="Score only the first N prompts.")
+    parser.add_argument("--seed", type=int, default=0, help="Base sampling seed.")
+    parser.add_argument("--use_vllm", action="store_true", help="Generate with vLLM (must be installed).")
+    parser.add_argument("--min_pass_rate", type=float, default=None, help="Keep pass_rate >= this.")
+    parser.add_argument("--max_pass_rate", type=float, default=None, help="Keep pass_rate <= this.")
+    parser.add_argument("--drop_greedy_correct", action="store_true", help="Keep only greedily unsolved prompts.")
+    return parser
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    from ..evaluation.data import load_problems, with_prompt_column
+    from ..evaluation.generation import resolve_reward_funcs
+    from ..scripts.utils import resolve_model_name_or_path
+
+    dataset = load_problems(args.dataset, args.split, args.dataset_config)
+    dataset = with_prompt_column(dataset, args.prompt_column, args.prompt_template, args.chat)
+    if args.num_problems is not None:
+        dataset = dataset.select(range(min(args.num_problems, len(dataset))))
+    scored = score_dataset(
+        resolve_model_name_or_path(args.model),
+        dataset,
+        resolve_reward_funcs(args.reward_funcs),
+        args.output_dir,
+        num_samples=args.num_samples,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        correct_threshold=args.correct_threshold,
+        shard_size=args.shard_size,
+        batch_size=args.batch_size,
+        use_vllm=args.use_vllm,
+        seed=args.seed,
+    )
+    filtered = filter_scored(scored, args.min_pass_rate, args.max_pass_rate, args.drop_greedy_correct)
+    filtered.save_to_disk(os.path.join(args.output_dir, "filtered"))
+    rates = np.asarray(scored["pass_rate"])
+    print(
+        f"scored {len(scored)} prompts: mean pass rate {rates.mean():.3f}, unsolved {np.mean(rates == 0):.1%}, "
+        f"always solved {np.mean(rates == 1):.1%}, greedy correct {np.mean(scored['greedy_correct']):.1%}; "
+        f"kept {len(filtered)} -> {os.path.join(args.output_dir, 'filtered')}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())

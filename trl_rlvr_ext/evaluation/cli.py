@@ -1,0 +1,101 @@
+"""``trl-rlvr-ext eval``: Pass@k of one or more models (or checkpoints) on a problem set, as JSON and a PNG plot.
+
+Example (offline, the toy task)::
+
+    trl-rlvr-ext eval --model toy:base outputs/toy_self/checkpoint-200 --dataset toy:arithmetic --split test \
+        --reward_funcs toy_accuracy --num_samples 64 --temperature 1.0 --max_new_tokens 8 --output_dir eval
+"""
+
+import argparse
+import os
+import sys
+
+
+def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="trl-rlvr-ext eval", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--model", nargs="+", required=True, help="Model paths, hub ids or 'toy:base' / 'toy:tiny' (one curve each)."
+    )
+    parser.add_argument("--labels", nargs="+", default=None, help="Curve names (default: the model paths).")
+    parser.add_argument(
+        "--dataset",
+        required=True,
+        help="'toy:arithmetic', a save_to_disk folder, a json/jsonl/parquet/csv file, or a hub name.",
+    )
+    parser.add_argument("--dataset_config", default=None, help="Hub dataset configuration.")
+    parser.add_argument("--prompt_column", default="prompt", help="Column with the problem text (default: prompt).")
+    parser.add_argument(
+        "--prompt_template",
+        default=None,
+        help="Build prompts from a str.format template over the columns, e.g. '{problem} Put the answer in \\boxed{{}}.'",
+    )
+    parser.add_argument("--chat", action="store_true", help="Send each prompt as one user message (chat template).")
+    parser.add_argument("--split", default="test", help="Dataset split (default: test).")
+    parser.add_argument(
+        "--reward_funcs",
+        nargs="+",
+        required=True,
+        help="Reward functions that grade a sample (all must reach the threshold): toy_accuracy, math_accuracy, "
+        "TRL's accuracy_reward, ..., or an import path pkg.module.func.",
+    )
+    parser.add_argument("--num_samples", type=int, default=16, help="Samples per problem, n (default 16).")
+    parser.add_argument("--ks", type=int, nargs="+", default=None, help="k's to report (default 1, 2, 4, ..., n).")
+    parser.add_argument("--temperature", type=float, default=0.6, help="Sampling temperature (paper: 0.6).")
+    parser.add_argument("--top_p", type=float, default=0.95, help="Nucleus sampling (paper: 0.95).")
+    parser.add_argument("--max_new_tokens", type=int, default=1024, help="Generation budget per sample.")
+    parser.add_argument("--correct_threshold", type=float, default=1.0, help="Reward that counts as correct.")
+    parser.add_argument("--batch_size", type=int, default=64, help="Sequences per generate call.")
+    parser.add_argument("--num_problems", type=int, default=None, help="Evaluate only the first N problems.")
+    parser.add_argument("--seed", type=int, default=0, help="Sampling seed.")
+    parser.add_argument("--use_vllm", action="store_true", help="Generate with vLLM (must be installed).")
+    parser.add_argument("--output_dir", default="pass_at_k", help="Where pass_at_k.json and pass_at_k.png go.")
+    parser.add_argument("--no_plot", action="store_true", help="Write the JSON only.")
+    return parser
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    if args.labels is not None and len(args.labels) != len(args.model):
+        print(f"error: --labels needs one name per --model ({len(args.model)}).", file=sys.stderr)
+        return 2
+    from ..scripts.utils import resolve_model_name_or_path
+    from .data import load_problems, with_prompt_column
+    from .evaluator import evaluate_pass_at_k, save_results
+    from .generation import resolve_reward_funcs
+
+    dataset = load_problems(args.dataset, args.split, args.dataset_config)
+    dataset = with_prompt_column(dataset, args.prompt_column, args.prompt_template, args.chat)
+    reward_funcs = resolve_reward_funcs(args.reward_funcs)
+    results = []
+    for i, model in enumerate(args.model):
+        result = evaluate_pass_at_k(
+            resolve_model_name_or_path(model),
+            dataset,
+            reward_funcs,
+            num_samples=args.num_samples,
+            ks=args.ks,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_new_tokens=args.max_new_tokens,
+            correct_threshold=args.correct_threshold,
+            batch_size=args.batch_size,
+            use_vllm=args.use_vllm,
+            seed=args.seed,
+            num_problems=args.num_problems,
+            label=args.labels[i] if args.labels else model,
+        )
+        results.append(result)
+        summary = "  ".join(f"pass@{k}={100 * v:.2f}" for k, v in result.pass_at_k.items())
+        print(f"{result.label}: {summary}")
+    json_path = save_results(results, os.path.join(args.output_dir, "pass_at_k.json"))
+    print(f"wrote {json_path}")
+    if not args.no_plot:
+        from .plotting import plot_pass_at_k
+
+        png_path = plot_pass_at_k(results, os.path.join(args.output_dir, "pass_at_k.png"))
+        print(f"wrote {png_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())
