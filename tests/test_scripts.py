@@ -61,7 +61,14 @@ def test_every_recipe_is_valid_yaml(recipe):
 
 def test_real_grpo_recipe_parses_with_paper_settings():
     script_args, training_args, model_args, _ = _parse(
-        ["--config", str(ROOT / "recipes/grpo/qwen2.5-math-1.5b_dapo_nsr.yaml"), "--use_vllm", "false", "--bf16", "false"]
+        [
+            "--config",
+            str(ROOT / "recipes/grpo/qwen2.5-math-1.5b_dapo_nsr.yaml"),
+            "--use_vllm",
+            "false",
+            "--bf16",
+            "false",
+        ]
     )
     assert model_args.model_name_or_path == "Qwen/Qwen2.5-Math-1.5B"
     assert (training_args.epsilon, training_args.epsilon_high) == (0.2, 0.28)
