@@ -116,3 +116,22 @@ def test_math_accuracy_reward():
     assert reward(["\\boxed{\\frac{1}{3}}"], solution=["$\\frac{1}{3}$"]) == [1.0]
     with pytest.raises(ValueError, match="'answer' or 'solution'"):
         reward(["\\boxed{1}"])
+
+
+@pytest.mark.slow
+def test_accelerate_launch_with_the_cpu_config(tiny_model_path, tmp_path):
+    """`accelerate launch --config_file recipes/accelerate_configs/cpu.yaml -m trl_rlvr_ext.scripts.grpo ...`."""
+    import os
+    import subprocess
+    import sys
+
+    command = [
+        str(Path(sys.executable).parent / "accelerate"), "launch",
+        "--config_file", str(ROOT / "recipes/accelerate_configs/cpu.yaml"),
+        "-m", "trl_rlvr_ext.scripts.grpo", "--config", str(ROOT / "recipes/grpo/toy_nsr.yaml"),
+        "--model_name_or_path", tiny_model_path, "--output_dir", str(tmp_path / "run"), *FAST, "--max_steps", "1",
+    ]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Model saved to" in result.stdout and (tmp_path / "run" / "config.json").exists()
