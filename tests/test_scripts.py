@@ -25,7 +25,8 @@ def test_toy_recipe_runs_through_the_script(tiny_model_path, tmp_path):
     argv += ["--output_dir", str(tmp_path), *FAST]
     script_args, training_args, model_args, dataset_args = _parse(argv)
     assert training_args.clip_recovery == "nsr" and training_args.loss_type == "dapo"
-    assert training_args.epsilon_high == 0.28 and training_args.num_iterations == 2
+    assert training_args.epsilon_high == 0.28
+    assert training_args.steps_per_generation > training_args.gradient_accumulation_steps  # the clip can bite
     trainer = grpo_script.main(script_args, training_args, model_args, dataset_args)
     logs = [log for log in trainer.state.log_history if "loss" in log]
     assert len(logs) == 2 and "clip_recovery/high_frac" in logs[0]
