@@ -1,6 +1,19 @@
 """The embedded default: an offline tiny model, its tokenizer, and a synthetic verifiable task."""
 
+from .evaluate import evaluate_accuracy
 from .modeling import SPECIAL_TOKENS, make_model, make_tokenizer, save_tiny_model
+from .task import make_task_datasets
+from .warmstart import WarmStartSettings, get_base_model_path, is_base_model_cached
 
 
-__all__ = ["SPECIAL_TOKENS", "make_model", "make_tokenizer", "save_tiny_model"]
+__all__ = [
+    "SPECIAL_TOKENS",
+    "WarmStartSettings",
+    "evaluate_accuracy",
+    "get_base_model_path",
+    "is_base_model_cached",
+    "make_model",
+    "make_task_datasets",
+    "make_tokenizer",
+    "save_tiny_model",
+]

@@ -1,0 +1,212 @@
+"""The toy *base model*: a short supervised warm start of the tiny model on the toy task, cached on disk.
+
+RLVR only learns from prompts whose sampled completions disagree (a group with all-equal rewards has zero advantage),
+so a base model that solves everything or nothing teaches it nothing. The warm start therefore makes a base with a
+wide spread of per-problem pass rates, by design and in a way that is easy to state:
+
+* it is trained on the task's train partition (never on held-out problems) to write ``"[<sum>]"`` and stop;
+* in its demonstrations each carry is **forgotten independently with probability** ``forget_carry_prob`` (a planted,
+  systematic misconception, `trl_rlvr_ext.toy.task.forgetful_sum`). The base then samples the right answer of a
+  problem with ``k`` carries with probability about ``(1 - forget_carry_prob) ** k``: carry-free problems are easy,
+  problems with 1, 2, 3 carries are sometimes solved, and the wrong mode (the forgotten carry) is systematic.
+
+With ``forget_carry_prob > 0.5`` the most likely answer of a problem with a carry is by design the wrong one, so greedy
+accuracy starts near the share of carry-free problems, and RLVR has a clear, honest job: the verifier rewards the carried answers that
+the base already samples sometimes, and the policy learns to carry on problems it never trained on.
+
+The result is cached under ``<cache root>/toy/<hash of the settings>`` and built at most once; the build writes into a
+temporary directory renamed into place at the end, so an interrupted build never leaves a half cache.
+"""
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .modeling import make_model, make_tokenizer
+from .task import _check_digits, forgetful_sum, format_answer, format_completion, format_prompt, sample_operands
+
+
+CACHE_ENV_VAR = "TRL_RLVR_EXT_CACHE"
+# Bump when the build changes in a way the settings do not capture, so that old caches are not reused.
+_BUILD_VERSION = 2
+_METADATA_FILE = "warmstart.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartSettings:
+    """Everything that determines the base model; its hash names the cache directory.
+
+    Model size (see `trl_rlvr_ext.toy.make_model`): ``hidden_size``, ``num_hidden_layers``, ``num_attention_heads``,
+    ``num_key_value_heads``, ``intermediate_size``. Task: ``min_digits``, ``max_digits`` (as in
+    `trl_rlvr_ext.toy.make_task_datasets`). Misconception: ``forget_carry_prob`` (chance that a demonstration drops
+    each carry). Optimisation: ``num_steps`` AdamW steps of ``batch_size`` fresh problems, peak ``learning_rate``
+    with ``warmup_steps`` of linear warm-up then cosine decay to 10 %, ``weight_decay``; ``seed``.
+    """
+
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int = 256
+    min_digits: int = 2
+    max_digits: int = 3
+    forget_carry_prob: float = 0.6
+    num_steps: int = 1500
+    batch_size: int = 128
+    learning_rate: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 0.0 <= self.forget_carry_prob < 1.0:
+            raise ValueError(
+                f"forget_carry_prob={self.forget_carry_prob} must be in [0, 1): it is the chance that a demonstration "
+                "drops each carry (0 = always correct demonstrations)."
+            )
+        for name in ("num_steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
+        _check_digits(self.min_digits, self.max_digits)
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate={self.learning_rate} must be positive.")
+
+    def digest(self) -> str:
+        payload = json.dumps({"version": _BUILD_VERSION, **dataclasses.asdict(self)}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def default_cache_root() -> Path:
+    """``$TRL_RLVR_EXT_CACHE`` if set, else ``~/.cache/trl_rlvr_ext``."""
+    return Path(os.environ.get(CACHE_ENV_VAR) or Path.home() / ".cache" / "trl_rlvr_ext").expanduser()
+
+
+def _demonstration_batch(tokenizer, settings: WarmStartSettings, rng: random.Random):
+    """Right-padded ``(input_ids, attention_mask, labels)``: prompt + marked (possibly forgetful) answer + EOS, with
+    the loss on the completion only (the prompt tokens are labelled -100)."""
+    prompts, completions = [], []
+    for _ in range(settings.batch_size):
+        a, b = sample_operands(rng, settings.min_digits, settings.max_digits, held_out=False)
+        prompts.append(format_prompt(a, b, settings.max_digits))
+        total = forgetful_sum(a, b, settings.forget_carry_prob, rng)
+        completions.append(format_completion(format_answer(total, settings.max_digits)))
+    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(completions, add_special_tokens=False)["input_ids"]
+    sequences = [p + c + [tokenizer.eos_token_id] for p, c in zip(prompt_ids, completion_ids)]
+    length = max(map(len, sequences))
+    input_ids = torch.full((len(sequences), length), tokenizer.pad_token_id)
+    attention_mask = torch.zeros_like(input_ids)
+    labels = torch.full_like(input_ids, -100)
+    for i, (p, seq) in enumerate(zip(prompt_ids, sequences)):
+        input_ids[i, : len(seq)] = torch.tensor(seq)
+        attention_mask[i, : len(seq)] = 1
+        labels[i, len(p) : len(seq)] = torch.tensor(seq[len(p) :])
+    return input_ids, attention_mask, labels
+
+
+def _lr_factor(step: int, settings: WarmStartSettings) -> float:
+    if step < settings.warmup_steps:
+        return (step + 1) / settings.warmup_steps
+    progress = (step - settings.warmup_steps) / max(1, settings.num_steps - settings.warmup_steps)
+    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def train_base_model(settings: WarmStartSettings, progress: bool = True):
+    """Run the warm start; returns ``(model, tokenizer, stats)``. Plain PyTorch, deterministic given the settings."""
+    tokenizer = make_tokenizer()
+    model = make_model(
+        tokenizer,
+        hidden_size=settings.hidden_size,
+        num_hidden_layers=settings.num_hidden_layers,
+        num_attention_heads=settings.num_attention_heads,
+        num_key_value_heads=settings.num_key_value_heads,
+        intermediate_size=settings.intermediate_size,
+        seed=settings.seed,
+    )
+    model.train()
+    rng = random.Random(f"warmstart-{settings.seed}")
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay, betas=(0.9, 0.98)
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, settings))
+    start, running = time.perf_counter(), None
+    bar = tqdm(range(settings.num_steps), desc="Warm start (toy base model)", disable=not progress)
+    for _ in bar:
+        input_ids, attention_mask, labels = _demonstration_batch(tokenizer, settings, rng)
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
+        )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
+        bar.set_postfix(loss=f"{running:.3f}")
+    model.eval()
+    stats = {"final_loss_ema": running, "train_seconds": round(time.perf_counter() - start, 1)}
+    return model, tokenizer, stats
+
+
+def _resolve(cache_dir, settings: dict) -> tuple[WarmStartSettings, Path]:
+    try:
+        resolved = WarmStartSettings(**settings)
+    except TypeError as err:
+        fields = [f.name for f in dataclasses.fields(WarmStartSettings)]
+        raise TypeError(f"{err}. The base model's settings are {fields} (plus cache_dir, progress).") from None
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
+    return resolved, root / "toy" / resolved.digest()
+
+
+def is_base_model_cached(cache_dir: str | os.PathLike | None = None, **settings) -> bool:
+    """Whether `get_base_model_path` with these arguments would load from the cache (no warm start to run)."""
+    return (_resolve(cache_dir, settings)[1] / _METADATA_FILE).is_file()
+
+
+def get_base_model_path(cache_dir: str | os.PathLike | None = None, progress: bool = True, **settings) -> str:
+    """The directory of the toy base model (model + tokenizer), built by the warm start on first use, then cached.
+
+    Loads offline with `AutoModelForCausalLM.from_pretrained(path)` / `AutoTokenizer.from_pretrained(path)`.
+
+    Args:
+        cache_dir: cache root; defaults to ``$TRL_RLVR_EXT_CACHE``, else ``~/.cache/trl_rlvr_ext``. The model lives in
+            ``<cache root>/toy/<hash of the settings>``.
+        progress: show a tqdm progress bar while building.
+        **settings: fields of `WarmStartSettings` (model size, task digits, ``forget_carry_prob``, ``num_steps``, ...).
+            Unknown names raise a `TypeError`.
+    """
+    resolved, final = _resolve(cache_dir, settings)
+    if (final / _METADATA_FILE).is_file():
+        return str(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-building-", dir=final.parent))
+    try:
+        model, tokenizer, stats = train_base_model(resolved, progress=progress)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        # Written last: its presence marks a complete build (the rename below makes the whole directory appear at once).
+        metadata = {"settings": dataclasses.asdict(resolved), "build_version": _BUILD_VERSION, **stats}
+        (tmp / _METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+        try:
+            os.rename(tmp, final)
+        except OSError as err:
+            if not (final / _METADATA_FILE).is_file():  # not a concurrent build that finished first: a real problem
+                raise RuntimeError(
+                    f"Could not move the new base model into {final}: {err}. If that directory exists, it is not a "
+                    "complete build (it has no warmstart.json): delete it and run again."
+                ) from err
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return str(final)
