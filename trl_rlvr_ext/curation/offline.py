@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from ..evaluation.data import add_problem_arguments
 from ..evaluation.generation import (
     decode_completions,
     grade,
@@ -281,19 +282,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
         prog="trl-rlvr-ext curate", description="Score prompts with a model (k samples + greedy) and filter them."
     )
     parser.add_argument("--model", required=True, help="Model path, hub id, or 'toy:base' / 'toy:tiny'.")
-    parser.add_argument(
-        "--dataset",
-        required=True,
-        help="'toy:arithmetic', a save_to_disk folder, a json/jsonl/parquet/csv file, or a hub name.",
-    )
-    parser.add_argument("--dataset_config", default=None, help="Hub dataset configuration.")
-    parser.add_argument("--prompt_column", default="prompt", help="Column with the problem text (default: prompt).")
-    parser.add_argument(
-        "--prompt_template",
-        default=None,
-        help="Build prompts from a str.format template over the columns, e.g. '{problem} Put the answer in \\boxed{{}}.'",
-    )
-    parser.add_argument("--chat", action="store_true", help="Send each prompt as one user message (chat template).")
+    add_problem_arguments(parser)
     parser.add_argument("--split", default="train", help="Dataset split (default: train).")
     parser.add_argument(
         "--reward_funcs", nargs="+", required=True, help="Reward functions (names or import paths), as for eval."

@@ -10,6 +10,8 @@ import argparse
 import os
 import sys
 
+from .data import add_problem_arguments
+
 
 def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(prog="trl-rlvr-ext eval", description=__doc__.split("\n")[0])
@@ -17,19 +19,7 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
         "--model", nargs="+", required=True, help="Model paths, hub ids or 'toy:base' / 'toy:tiny' (one curve each)."
     )
     parser.add_argument("--labels", nargs="+", default=None, help="Curve names (default: the model paths).")
-    parser.add_argument(
-        "--dataset",
-        required=True,
-        help="'toy:arithmetic', a save_to_disk folder, a json/jsonl/parquet/csv file, or a hub name.",
-    )
-    parser.add_argument("--dataset_config", default=None, help="Hub dataset configuration.")
-    parser.add_argument("--prompt_column", default="prompt", help="Column with the problem text (default: prompt).")
-    parser.add_argument(
-        "--prompt_template",
-        default=None,
-        help="Build prompts from a str.format template over the columns, e.g. '{problem} Put the answer in \\boxed{{}}.'",
-    )
-    parser.add_argument("--chat", action="store_true", help="Send each prompt as one user message (chat template).")
+    add_problem_arguments(parser)
     parser.add_argument("--split", default="test", help="Dataset split (default: test).")
     parser.add_argument(
         "--reward_funcs",
