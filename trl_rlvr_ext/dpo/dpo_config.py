@@ -3,11 +3,12 @@
 Fields are grouped by feature (one section each), so that the validation of a feature sits next to its fields.
 """
 
-import json
 import math
 from dataclasses import dataclass, field
 
 from trl import DPOConfig
+
+from ..lora_init.config import LoraInitArguments
 
 
 # TRL losses that sort the batch (optimal transport over the batch): a per-pair weight no longer lines up with a pair
@@ -17,7 +18,7 @@ IS_WEIGHT_MAX_DEFAULT = math.exp(0.5)  # the authors' default: min(log w, 2·eps
 
 
 @dataclass
-class ISDPOConfig(DPOConfig):
+class ISDPOConfig(LoraInitArguments, DPOConfig):
     r"""
     Configuration class for [`ISDPOTrainer`]: every field of TRL's `DPOConfig`, plus the fields below. With
     `importance_sampling=False` the trainer is stock TRL `DPOTrainer`, to the bit. The new fields implement
@@ -71,35 +72,10 @@ class ISDPOConfig(DPOConfig):
         },
     )
 
-    # ---- LoRA initialisers (lora_init)
-    lora_init: str | None = field(
-        default=None,
-        metadata={
-            "help": "Initialise the LoRA adapter of `peft_config` with 'rlpo' or 'rlmo' (orthonormal top/bottom-r "
-            "right singular vectors, B = 0; https://huggingface.co/papers/2606.31813, paper: r=16, alpha=32), "
-            "'pissa' or 'milora' (base rewritten; the reference stays the original model), or a PEFT "
-            "init_lora_weights value. Needs a peft_config."
-        },
-    )
-    lora_init_kwargs: dict | str | None = field(
-        default=None,
-        metadata={
-            "help": "Options of `lora_init` as a dict (or JSON string): solver, oversampling, niter, seed, requantize, "
-            "show_progress, initial_adapter_dir, save_initial_adapter."
-        },
-    )
-
     def __post_init__(self):
         super().__post_init__()
         self._check_importance_sampling()
         self._check_lora_init()
-
-    def _check_lora_init(self):
-        from ..lora_init.integration import check_lora_init_args  # lazy: peft only when the config is built
-
-        if isinstance(self.lora_init_kwargs, str):
-            self.lora_init_kwargs = json.loads(self.lora_init_kwargs)
-        check_lora_init_args(self.lora_init, self.lora_init_kwargs)
 
     def _check_importance_sampling(self):
         if not isinstance(self.importance_sampling, bool):

@@ -4,10 +4,11 @@ Every new field defaults to stock TRL behaviour. Fields are grouped by feature (
 validation of one feature lives next to its fields.
 """
 
-import json
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
+
+from ..lora_init.config import LoraInitArguments
 
 
 # Loss types whose surrogate is PPO's hard clip min(r·A, clip(r)·A): the only ones with a clip to recover from.
@@ -18,7 +19,7 @@ PASS_RATE_TARGETS = ("low", "mid")
 
 
 @dataclass
-class RLVRGRPOConfig(GRPOConfig):
+class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     r"""
     Configuration class for [`RLVRGRPOTrainer`]: every field of TRL's `GRPOConfig`, plus the fields below. With the
     new fields at their defaults the trainer is stock TRL `GRPOTrainer`, to the bit.
@@ -158,24 +159,6 @@ class RLVRGRPOConfig(GRPOConfig):
         default=None, metadata={"help": "Seed of the curation sampler's generator. Defaults to `seed`."}
     )
 
-    # ---------------------------------------------------------------- LoRA initialisers (lora_init)
-    lora_init: str | None = field(
-        default=None,
-        metadata={
-            "help": "Initialise the LoRA adapter of `peft_config` with 'rlpo' or 'rlmo' (orthonormal top/bottom-r "
-            "right singular vectors, B = 0; https://huggingface.co/papers/2606.31813, paper: r=16, alpha=32, "
-            "lr 1e-5), 'pissa' or 'milora' (base rewritten; the reference stays the original model), or a PEFT "
-            "init_lora_weights value. Needs a peft_config."
-        },
-    )
-    lora_init_kwargs: dict | str | None = field(
-        default=None,
-        metadata={
-            "help": "Options of `lora_init` as a dict (or JSON string): solver, oversampling, niter, seed, requantize, "
-            "show_progress, initial_adapter_dir, save_initial_adapter."
-        },
-    )
-
     def __post_init__(self):
         super().__post_init__()
         self._check_clip_recovery()
@@ -224,10 +207,3 @@ class RLVRGRPOConfig(GRPOConfig):
             )
         if self.curation != "none" and self.curation_seed is None:
             self.curation_seed = self.seed
-
-    def _check_lora_init(self):
-        from ..lora_init.integration import check_lora_init_args  # lazy: torch/peft only when the config is built
-
-        if isinstance(self.lora_init_kwargs, str):
-            self.lora_init_kwargs = json.loads(self.lora_init_kwargs)
-        check_lora_init_args(self.lora_init, self.lora_init_kwargs)
