@@ -31,7 +31,7 @@ from ..evaluation.generation import (
     grade,
     is_conversational_prompt,
     make_backend,
-    render_prompt_ids,
+    sample_and_grade,
 )
 
 
@@ -57,20 +57,20 @@ def score_rows(
     seed: int | None = 0,
 ) -> list[dict]:
     """Scores of each row (a dict with ``prompt`` and the reward functions' columns); see the module docstring."""
-    prompts = [row["prompt"] for row in rows]
-    conversational = is_conversational_prompt(prompts[0])
-    prompt_ids = render_prompt_ids(tokenizer, prompts)
-    columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
-
-    sampled = backend.generate(
-        prompt_ids, num_samples, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed
+    prompt_ids, sampled, correct = sample_and_grade(
+        backend,
+        tokenizer,
+        rows,
+        reward_funcs,
+        num_samples,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        correct_threshold=correct_threshold,
+        seed=seed,
     )
-    flat_ids = [ids for per_prompt in sampled for ids in per_prompt]
-    repeat = {key: [v for v in values for _ in range(num_samples)] for key, values in columns.items()}
-    completions = decode_completions(tokenizer, flat_ids, conversational)
-    flat_prompts = [p for p in prompts for _ in range(num_samples)]
-    correct = grade(reward_funcs, flat_prompts, completions, flat_ids, repeat, correct_threshold)
-    correct = correct.reshape(len(rows), num_samples)
+    prompts = [row["prompt"] for row in rows]
+    columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
 
     greedy = [
         per_prompt[0] for per_prompt in backend.generate(prompt_ids, 1, greedy=True, max_new_tokens=max_new_tokens)
@@ -78,7 +78,7 @@ def score_rows(
     greedy_correct = grade(
         reward_funcs,
         prompts,
-        decode_completions(tokenizer, greedy, conversational),
+        decode_completions(tokenizer, greedy, is_conversational_prompt(prompts[0])),
         greedy,
         columns,
         correct_threshold,

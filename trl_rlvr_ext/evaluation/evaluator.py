@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from .generation import decode_completions, grade, is_conversational_prompt, make_backend, render_prompt_ids
+from .generation import make_backend, sample_and_grade
 from .pass_at_k import default_ks, pass_at_k
 
 
@@ -82,21 +82,19 @@ def count_correct(
     starts = range(0, len(rows), problems_per_batch)
     for b, start in enumerate(tqdm(starts, desc="Pass@k", disable=not progress)):
         batch = rows[start : start + problems_per_batch]
-        prompts = [row["prompt"] for row in batch]
-        completion_ids = backend.generate(
-            render_prompt_ids(tokenizer, prompts),
+        _, _, correct = sample_and_grade(
+            backend,
+            tokenizer,
+            batch,
+            reward_funcs,
             num_samples,
             temperature=temperature,
             top_p=top_p,
             max_new_tokens=max_new_tokens,
+            correct_threshold=correct_threshold,
             seed=None if seed is None else seed + b,
         )
-        flat_ids = [ids for per_prompt in completion_ids for ids in per_prompt]
-        flat_prompts = [p for p in prompts for _ in range(num_samples)]
-        columns = {key: [row[key] for row in batch for _ in range(num_samples)] for key in batch[0] if key != "prompt"}
-        completions = decode_completions(tokenizer, flat_ids, is_conversational_prompt(prompts[0]))
-        correct = grade(reward_funcs, flat_prompts, completions, flat_ids, columns, correct_threshold)
-        counts[start : start + len(batch)] = correct.reshape(len(batch), num_samples).sum(axis=1)
+        counts[start : start + len(batch)] = correct.sum(axis=1)
     return counts
 
 

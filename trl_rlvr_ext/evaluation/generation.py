@@ -316,6 +316,34 @@ def grade(
     return correct
 
 
+def sample_and_grade(
+    backend,
+    tokenizer,
+    rows: Sequence[dict],
+    reward_funcs: Sequence[Callable],
+    num_samples: int,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 256,
+    correct_threshold: float = 1.0,
+    seed: int | None = None,
+) -> tuple[list[list[int]], list[list[list[int]]], np.ndarray]:
+    """Sample ``num_samples`` completions for each row (a dict with ``prompt`` and the reward functions' columns)
+    and grade them. Returns ``(prompt_ids, completion_ids, correct)``, ``correct`` of shape (rows, num_samples)."""
+    prompts = [row["prompt"] for row in rows]
+    prompt_ids = render_prompt_ids(tokenizer, prompts)
+    sampled = backend.generate(
+        prompt_ids, num_samples, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, seed=seed
+    )
+    flat_ids = [ids for per_prompt in sampled for ids in per_prompt]
+    flat_prompts = [p for p in prompts for _ in range(num_samples)]
+    columns = {key: [row[key] for row in rows for _ in range(num_samples)] for key in rows[0] if key != "prompt"}
+    completions = decode_completions(tokenizer, flat_ids, is_conversational_prompt(prompts[0]))
+    correct = grade(reward_funcs, flat_prompts, completions, flat_ids, columns, correct_threshold)
+    return prompt_ids, sampled, correct.reshape(len(rows), num_samples)
+
+
 def resolve_reward_funcs(names: Sequence[str]) -> list[Callable]:
     """Reward functions from names (see `trl_rlvr_ext.rewards.REWARD_NAMES`) or import paths ``pkg.module.func``."""
     from ..rewards import get_reward_func
