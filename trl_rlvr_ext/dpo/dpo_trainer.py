@@ -92,13 +92,9 @@ class ISDPOTrainer(DPOTrainer):
         # Whether the datasets carry behaviour log-probs, by dataset name; set by `_prepare_dataset` during __init__
         self._behavior_columns: dict[str, bool] = {}
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original
-            from ..lora_init.integration import prepare_model_for_trainer
+            from ..lora_init.integration import apply_lora_init_to_trainer_arguments
 
-            prepared = prepare_model_for_trainer(
-                model, kwargs.get("peft_config"), args, kwargs.get("quantization_config"), kwargs.get("callbacks")
-            )
-            model = prepared.model
-            kwargs.update(peft_config=None, quantization_config=None, callbacks=prepared.callbacks)
+            model, kwargs = apply_lora_init_to_trainer_arguments(model, args, kwargs)
         super().__init__(model, ref_model, args, *pargs, **kwargs)
         if not self.args.importance_sampling:
             return

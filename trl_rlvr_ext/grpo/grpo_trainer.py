@@ -44,13 +44,9 @@ class RLVRGRPOTrainer(CurationMixin, GRPOTrainer):
             model_name = model if isinstance(model, str) else model.config._name_or_path
             args = RLVRGRPOConfig(f"{str(model_name).split('/')[-1] or 'model'}-RLVR-GRPO")
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original
-            from ..lora_init.integration import prepare_model_for_trainer
+            from ..lora_init.integration import apply_lora_init_to_trainer_arguments
 
-            prepared = prepare_model_for_trainer(
-                model, kwargs.get("peft_config"), args, kwargs.get("quantization_config"), kwargs.get("callbacks")
-            )
-            model = prepared.model
-            kwargs.update(peft_config=None, quantization_config=None, callbacks=prepared.callbacks)
+            model, kwargs = apply_lora_init_to_trainer_arguments(model, args, kwargs)
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self._recovery_generator = None
 

@@ -55,6 +55,24 @@ def _load_model(model_id: str, args, quantization_config):
     return create_model_from_path(model_id, **model_init_kwargs)
 
 
+def apply_lora_init_to_trainer_arguments(model, args, trainer_kwargs: dict) -> tuple:
+    """What a trainer's ``__init__`` hands to TRL when ``args.lora_init`` is set: the initialised PeftModel, and its
+    keyword arguments with ``peft_config`` / ``quantization_config`` consumed and ``callbacks`` completed."""
+    prepared = prepare_model_for_trainer(
+        model,
+        trainer_kwargs.get("peft_config"),
+        args,
+        trainer_kwargs.get("quantization_config"),
+        trainer_kwargs.get("callbacks"),
+    )
+    return prepared.model, {
+        **trainer_kwargs,
+        "peft_config": None,
+        "quantization_config": None,
+        "callbacks": prepared.callbacks,
+    }
+
+
 def prepare_model_for_trainer(model, peft_config, args, quantization_config=None, callbacks=None) -> PreparedModel:
     """Load (if a path), wrap with LoRA and initialise with ``args.lora_init``; returns what to pass to TRL.
 
