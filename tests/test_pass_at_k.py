@@ -118,3 +118,11 @@ def test_evaluate_module_loads_offline_from_the_package():
     assert metric.compute(k=2)["pass@2"] == pytest.approx(result["pass@2"])
     with pytest.raises(ValueError, match="undefined"):
         metric.compute(predictions=predictions, k=8)
+
+
+def test_one_curve_definition_serves_the_evaluator_and_the_callback():
+    from trl_rlvr_ext.evaluation import curve_from_counts, pass_at_k_curve
+
+    assert curve_from_counts is pass_at_k_curve
+    with pytest.raises(ValueError, match="no problems"):
+        pass_at_k_curve([], [])

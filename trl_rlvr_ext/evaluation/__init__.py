@@ -6,14 +6,13 @@
 import importlib
 
 from .metrics import PASS_AT_K_METRIC_PATH
-from .pass_at_k import counts_from_correctness, default_ks, pass_at_k, pass_at_k_curve
+from .pass_at_k import counts_from_correctness, curve_from_counts, default_ks, pass_at_k, pass_at_k_curve
 
 
 _LAZY = {
     "PassAtKCallback": ".callback",
     "PassAtKResult": ".evaluator",
     "evaluate_pass_at_k": ".evaluator",
-    "curve_from_counts": ".evaluator",
     "save_results": ".evaluator",
     "load_results": ".evaluator",
     "plot_pass_at_k": ".plotting",

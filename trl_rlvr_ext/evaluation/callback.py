@@ -6,8 +6,9 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from .evaluator import count_correct, curve_from_counts
+from .evaluator import count_correct
 from .generation import TransformersBackend
+from .pass_at_k import curve_from_counts
 
 
 class PassAtKCallback(TrainerCallback):

@@ -9,7 +9,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .generation import make_backend, sample_and_grade
-from .pass_at_k import default_ks, pass_at_k
+from .pass_at_k import curve_from_counts
 
 
 @dataclass
@@ -49,15 +49,6 @@ class PassAtKResult:
             pass_at_k={int(key.split("@")[1]): float(v) for key, v in data["pass_at_k"].items()},
             config=data.get("config", {}),
         )
-
-
-def curve_from_counts(num_samples, num_correct, ks: Sequence[int] | None = None) -> dict[int, float]:
-    """Mean pass@k for each k (default 1, 2, 4, ..., n of the smallest n)."""
-    num_samples = np.asarray(num_samples)
-    if num_samples.size == 0:
-        raise ValueError("There are no problems to compute pass@k on.")
-    ks = default_ks(int(num_samples.min())) if ks is None else list(ks)
-    return {int(k): float(pass_at_k(num_samples, num_correct, int(k)).mean()) for k in ks}
 
 
 def count_correct(

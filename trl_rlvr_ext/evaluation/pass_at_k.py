@@ -97,9 +97,14 @@ def default_ks(num_samples: int) -> list[int]:
 def pass_at_k_curve(num_samples, num_correct, ks: Iterable[int] | None = None) -> dict[int, float]:
     """Mean pass@k over problems for each ``k`` in ``ks`` (default: `default_ks` of the smallest ``n``)."""
     n = np.asarray(num_samples)
-    if ks is None:
-        ks = default_ks(int(n.min()))
+    if n.size == 0:
+        raise ValueError("There are no problems to compute pass@k on.")
+    ks = default_ks(int(n.min())) if ks is None else list(ks)
     return {int(k): float(pass_at_k(num_samples, num_correct, int(k)).mean()) for k in ks}
+
+
+# The evaluator's historical name for the same curve; one definition serves both.
+curve_from_counts = pass_at_k_curve
 
 
 def counts_from_correctness(correct: Sequence[Sequence[bool]]) -> tuple[np.ndarray, np.ndarray]:

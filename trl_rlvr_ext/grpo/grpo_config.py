@@ -8,14 +8,17 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from ..curation.samplers import CURATION_MODES as CURATION_SAMPLER_MODES
+from ..curation.samplers import PASS_RATE_TARGETS
 from ..lora_init.config import LoraInitArguments
+from ..losses.clip_recovery import CLIP_RECOVERY_FUNCTION_MODES
 
 
 # Loss types whose surrogate is PPO's hard clip min(r·A, clip(r)·A): the only ones with a clip to recover from.
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
-CLIP_RECOVERY_MODES = ("none", "nsr", "nsr_expected")
-CURATION_MODES = ("none", "self", "pass_rate")
-PASS_RATE_TARGETS = ("low", "mid")
+# The config's choices are "none" (stock TRL) plus the modes the lower layers implement: one definition each.
+CLIP_RECOVERY_MODES = ("none", *CLIP_RECOVERY_FUNCTION_MODES)
+CURATION_MODES = ("none", *CURATION_SAMPLER_MODES)
 
 
 @dataclass

@@ -3,4 +3,4 @@
 import os
 
 
-PASS_AT_K_METRIC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pass_at_k.py")
+PASS_AT_K_METRIC_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "unbiased_pass_at_k.py")
