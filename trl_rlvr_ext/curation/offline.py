@@ -306,9 +306,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
 
 def cli_main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    from ..data import resolve_model_name_or_path
     from ..evaluation.data import load_problems, with_prompt_column
     from ..evaluation.generation import resolve_reward_funcs
-    from ..scripts.utils import resolve_model_name_or_path
 
     dataset = load_problems(args.dataset, args.split, args.dataset_config)
     dataset = with_prompt_column(dataset, args.prompt_column, args.prompt_template, args.chat)

@@ -48,7 +48,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     if args.labels is not None and len(args.labels) != len(args.model):
         print(f"error: --labels needs one name per --model ({len(args.model)}).", file=sys.stderr)
         return 2
-    from ..scripts.utils import resolve_model_name_or_path
+    from ..data import resolve_model_name_or_path
     from .data import load_problems, with_prompt_column
     from .evaluator import evaluate_pass_at_k, save_results
     from .generation import resolve_reward_funcs

@@ -18,8 +18,9 @@ random model (no hub access); local files (.json/.jsonl/.csv/.parquet) and `save
 
 from collections.abc import Sequence
 
+from ..data import resolve_model_name_or_path
 from ..dpo.behavior import behavior_columns_present
-from .utils import load_train_and_eval, resolve_model_name_or_path, run_cli, set_model_init_kwargs, train_and_save
+from .utils import load_train_and_eval, run_cli, set_model_init_kwargs, train_and_save
 
 
 REQUIRED_COLUMNS = ("chosen", "rejected")

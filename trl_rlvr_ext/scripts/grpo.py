@@ -44,9 +44,10 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
     """The `RLVRGRPOTrainer` a recipe describes (datasets, rewards and model resolved, inputs checked)."""
     from trl import get_peft_config, get_quantization_config
 
+    from ..data import resolve_model_name_or_path
     from ..grpo.grpo_trainer import RLVRGRPOTrainer
     from ..rewards import get_reward_func
-    from .utils import check_columns, load_train_and_eval, resolve_model_name_or_path, set_model_init_kwargs
+    from .utils import check_columns, load_train_and_eval, set_model_init_kwargs
 
     reward_funcs = [get_reward_func(name) for name in script_args.reward_funcs]
     if script_args.reward_model_name_or_path:

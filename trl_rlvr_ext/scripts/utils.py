@@ -1,64 +1,11 @@
 """What the training scripts share: dataset and model resolution (including the offline ``toy:`` names) and
 input checks that fail early with a clear message instead of a traceback from deep inside TRL."""
 
-import os
 from collections.abc import Sequence
 
-from datasets import Dataset, DatasetDict, IterableDataset, load_dataset, load_from_disk
+from datasets import Dataset, DatasetDict, IterableDataset
 
-
-TOY_PREFIX = "toy:"
-TOY_MODELS = {
-    "toy:base": "the warm-started toy base model (built on first use, then cached)",
-    "toy:tiny": "a randomly initialised tiny model (tests, smoke runs)",
-}
-TOY_DATASETS = {
-    "toy:arithmetic": "the toy verifiable arithmetic task (prompt-only, with an 'answer' column)",
-    "toy:preference": "toy arithmetic preference pairs (prompt / chosen / rejected)",
-}
-_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
-
-
-def resolve_model_name_or_path(name_or_path: str | None) -> str:
-    """A model path or hub id; ``toy:base`` and ``toy:tiny`` resolve to local directories (built offline)."""
-    if not name_or_path:
-        raise ValueError("No model given: set `model_name_or_path` (a hub id, a local directory, or 'toy:base').")
-    if not name_or_path.startswith(TOY_PREFIX):
-        return name_or_path
-    if name_or_path == "toy:base":
-        from ..toy.warmstart import get_base_model_path
-
-        return get_base_model_path()
-    if name_or_path == "toy:tiny":
-        from ..toy import save_tiny_model
-        from ..toy.warmstart import default_cache_root
-
-        path = default_cache_root() / "toy" / "tiny-random"
-        if not (path / "config.json").is_file():
-            save_tiny_model(path)
-        return str(path)
-    raise ValueError(f"Unknown toy model {name_or_path!r}. Use one of {sorted(TOY_MODELS)}.")
-
-
-def load_named_dataset(name: str, config: str | None = None, streaming: bool = False):
-    """A `DatasetDict` from a ``toy:`` name, a local file (.json/.jsonl/.csv/.parquet), a directory saved with
-    `save_to_disk`, or a hub dataset (``load_dataset``)."""
-    if name.startswith(TOY_PREFIX):
-        if name == "toy:arithmetic":
-            from ..toy.task import make_task_datasets
-
-            return make_task_datasets()
-        if name == "toy:preference":
-            from ..toy.preference import load_toy_dataset
-
-            return load_toy_dataset(name)
-        raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
-    extension = os.path.splitext(name)[1].lower()
-    if os.path.isfile(name) and extension in _FILE_BUILDERS:
-        return load_dataset(_FILE_BUILDERS[extension], data_files=name, streaming=streaming)
-    if os.path.isdir(name) and os.path.isfile(os.path.join(name, "dataset_dict.json")):
-        return load_from_disk(name)
-    return load_dataset(name, name=config, streaming=streaming)
+from ..data import TOY_DATASETS, load_dataset_dict
 
 
 def load_script_datasets(script_args, dataset_args):
@@ -72,7 +19,7 @@ def load_script_datasets(script_args, dataset_args):
             "No dataset given: set `dataset_name` (a hub id, a local file or directory, or one of "
             f"{sorted(TOY_DATASETS)}) or `datasets` (a dataset mixture)."
         )
-    return load_named_dataset(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
+    return load_dataset_dict(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
 
 
 def get_split(datasets, split: str, dataset_name: str | None = None):
