@@ -191,48 +191,63 @@ def answer_classes(answers: Sequence[Hashable | None], correct: Sequence[bool]) 
     return list(classes.values())
 
 
-def _log_comb_table(n: int) -> np.ndarray:
-    """``log C(n, j)`` for ``j = 0..n``."""
-    log_fact = np.array([math.lgamma(i + 1) for i in range(n + 1)])
-    return log_fact[n] - log_fact - log_fact[::-1]
-
-
 @lru_cache(maxsize=4096)
 def _majority_win_probabilities(sizes: tuple[int, ...], num_samples: int, k: int) -> dict[int, float]:
     """For each distinct answer-class size ``s`` in ``sizes``: the expected tie-break credit of one class of that size
     over the ``k``-subsets, ``E[1{the class is among the most voted} / #most voted]``.
 
-    A class with ``t`` votes in the subset is among the most voted when every other class has at most ``t``; the count
-    of subsets with ``r`` other classes at exactly ``t`` comes from a dynamic program over the other classes (in log
-    space, so ``C(n, k)`` never overflows). ``sizes`` is sorted, so problems with the same vote profile share the work.
+    A class with ``t`` of the ``k`` votes is among the most voted when every other class has at most ``t``. A dynamic
+    program over the other classes gives, for each ``r``, the probability that a uniform ``(k - t)``-subset of the
+    other samples leaves every other class at most ``t`` with exactly ``r`` of them at ``t``. It carries probabilities
+    (counts over ``C(N, j)``, through hypergeometric weights), never counts, so ``C(n, k)`` never overflows. ``sizes``
+    is sorted, so problems with the same vote profile share the work.
     """
+    log_fact = np.array([math.lgamma(i + 1) for i in range(num_samples + 1)])
+
+    def log_comb(a, b):
+        b = np.asarray(b)
+        inside = (b >= 0) & (b <= a)
+        safe = np.clip(b, 0, a)
+        return np.where(inside, log_fact[a] - log_fact[safe] - log_fact[a - safe], -np.inf)
+
     num_abstain = num_samples - sum(sizes)
-    log_total = _log_comb_table(num_samples)[k]
-    tables = {size: _log_comb_table(size) for size in set(sizes) | {num_abstain}}
+    j_all = np.arange(k)
     out = {}
     for size in sorted(set(sizes)):
         others = list(sizes)
         others.remove(size)
+        # weights[o][v, j']: hypergeometric probability that v of j' samples drawn from the seen samples (N, then this
+        # class of b) come from the class, C(b, v) C(N, j' - v) / C(N + b, j'); the same for every t, so built once
+        weights, seen = [], num_abstain
+        for other in others:
+            votes = np.arange(min(other, k) + 1)[:, None]
+            # j' > N + b has no subset: an infinite normaliser makes its weights 0 (and avoids -inf - -inf)
+            log_norm = np.where(j_all <= seen + other, log_comb(seen + other, j_all), np.inf)[None, :]
+            weights.append(np.exp(log_comb(other, votes) + log_comb(seen, j_all[None, :] - votes) - log_norm))
+            seen += other
         credit = 0.0
         for t in range(1, min(size, k) + 1):
             rest = k - t  # samples drawn outside the class
+            if rest > num_samples - size:
+                continue  # not enough other samples: the class cannot hold exactly t of the k votes
             max_ties = rest // t  # at most this many other classes can also hold t votes
-            # state[j, r]: log of the number of ways to draw j samples from the classes seen so far (and the
-            # unanswered samples), with r of those classes at exactly t votes and none above
-            state = np.full((rest + 1, max_ties + 1), -np.inf)
-            upto = min(num_abstain, rest)
-            state[: upto + 1, 0] = tables[num_abstain][: upto + 1]
-            for other in others:
-                new = np.full_like(state, -np.inf)
+            # state[j, r]: over the uniform j-subsets of the samples seen so far (the unanswered ones, then one class
+            # at a time), the probability that every class seen has fewer than t votes except exactly r at t
+            state = np.zeros((rest + 1, max_ties + 1))
+            state[: min(num_abstain, rest) + 1, 0] = 1.0
+            for other, weight in zip(others, weights):
+                new = np.zeros_like(state)
                 for votes in range(min(other, t, rest) + 1):
-                    shifted = state[: rest + 1 - votes] + tables[other][votes]
+                    w = weight[votes, votes : rest + 1, None]
                     if votes < t:
-                        new[votes:] = np.logaddexp(new[votes:], shifted)
+                        new[votes:] += w * state[: rest + 1 - votes]
                     elif max_ties >= 1:
-                        new[votes:, 1:] = np.logaddexp(new[votes:, 1:], shifted[:, :-1])
+                        new[votes:, 1:] += w * state[: rest + 1 - votes, :-1]
                 state = new
-            weights = 1.0 / np.arange(1, max_ties + 2)  # uniform tie-break among the 1 + r most voted
-            credit += float(np.sum(np.exp(state[rest] + tables[size][t] - log_total) * weights))
+            tie_break = 1.0 / np.arange(1, max_ties + 2)  # uniform among the 1 + r most voted
+            # P(the class holds exactly t votes) = C(s, t) C(n - s, k - t) / C(n, k)
+            holds = math.exp(float(log_comb(size, t) + log_comb(num_samples - size, rest) - log_comb(num_samples, k)))
+            credit += holds * float(state[rest] @ tie_break)
         out[size] = credit
     return out
 
