@@ -4,9 +4,9 @@ An extractor is a callable ``text -> str | None`` on the completion text (the la
 conversational completions); ``None`` means no answer could be extracted (the sample casts no vote). Two are built in:
 
 - ``"toy"``: the toy task's strictly marked answer (`trl_rlvr_ext.rewards.toy.extract_toy_answer`);
-- ``"math"``: the first ``\\boxed{}`` (or other LaTeX) answer, parsed and normalised by math-verify as
-  `trl_rlvr_ext.rewards.math.math_accuracy_reward` parses predictions, so ``\\boxed{0.5}`` and ``\\boxed{\\frac{1}{2}}``
-  get one key when math-verify reduces them to the same expression.
+- ``"math"``: the first ``\\boxed{}`` (or other LaTeX) answer, parsed by math-verify as
+  `trl_rlvr_ext.rewards.math.math_accuracy_reward` parses predictions, keyed by its sympy form (decimals as exact
+  rationals), so ``\\boxed{0.5}`` and ``\\boxed{\\frac{1}{2}}`` vote together, as do ``x+1`` and ``1+x``.
 
 ``"auto"`` picks the extractor that matches the grading reward functions (the toy reward, our math reward or TRL's
 ``accuracy_reward``) and none for other rewards: maj@k is then not reported.
@@ -62,7 +62,14 @@ def math_answer(text: str) -> str | None:
         extraction_mode="first_match",
         parsing_timeout=10 if in_main_thread else None,
     )
-    return str(parsed[0]) if parsed else None
+    if not parsed:
+        return None
+    answer = parsed[0]
+    if getattr(answer, "is_Float", False):  # 0.5 and 1/2 must vote together: decimals become exact rationals
+        import sympy
+
+        answer = sympy.nsimplify(answer, rational=True)
+    return str(answer)
 
 
 ANSWER_EXTRACTORS: dict[str, AnswerExtractor] = {"toy": toy_answer, "math": math_answer}
