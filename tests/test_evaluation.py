@@ -375,6 +375,12 @@ def test_evaluate_pass_at_k_reports_pass_hat_k_maj_at_k_and_intervals(tiny_model
     assert plain.maj_at_k is None and plain.answer_classes is None and plain.intervals == {}
     assert "maj_at_k" not in plain.to_dict() and "confidence_level" not in plain.config
     assert os.path.getsize(plot_pass_at_k([result, plain], str(tmp_path / "p.png"))) > 1000
+    # with the toy task's reward, "auto" finds the toy extractor and maj@k is reported
+    from trl_rlvr_ext.rewards.toy import toy_accuracy_reward
+
+    toy = evaluate_pass_at_k(tiny_model_path, problems(2), toy_accuracy_reward, confidence_level=None, **kwargs)
+    assert toy.config["answer_extractor"] == "toy_answer" and list(toy.maj_at_k) == [1, 2, 4]
+    assert len(toy.answer_classes) == 2
 
 
 def test_results_written_before_the_new_metrics_still_load(tmp_path):
