@@ -1,4 +1,5 @@
-"""Pass@k evaluation: the unbiased estimator, an evaluation loop, a training callback, plots and a CLI.
+"""Pass@k evaluation: unbiased pass@k, pass^k and maj@k with bootstrap intervals, an evaluation loop, a training
+callback, plots and a CLI.
 
 ``pass_at_k`` (numpy only) is imported eagerly; everything that needs torch / transformers is imported on first use.
 """
@@ -6,7 +7,18 @@
 import importlib
 
 from .metrics import PASS_AT_K_METRIC_PATH
-from .pass_at_k import counts_from_correctness, curve_from_counts, default_ks, pass_at_k, pass_at_k_curve
+from .pass_at_k import (
+    answer_classes,
+    bootstrap_intervals,
+    counts_from_correctness,
+    curve_from_counts,
+    default_ks,
+    maj_at_k,
+    pass_at_k,
+    pass_at_k_curve,
+    pass_hat_k,
+    pass_metrics,
+)
 
 
 _LAZY = {
@@ -17,6 +29,8 @@ _LAZY = {
     "load_results": ".evaluator",
     "plot_pass_at_k": ".plotting",
     "TransformersBackend": ".generation",
+    "TrainerVLLMBackend": ".generation",
+    "resolve_answer_extractor": ".answers",
     "VLLMBackend": ".generation",
     "resolve_reward_funcs": ".generation",
 }
@@ -25,16 +39,23 @@ __all__ = [
     "PASS_AT_K_METRIC_PATH",
     "PassAtKCallback",
     "PassAtKResult",
+    "TrainerVLLMBackend",
     "TransformersBackend",
     "VLLMBackend",
+    "answer_classes",
+    "bootstrap_intervals",
     "counts_from_correctness",
     "curve_from_counts",
     "default_ks",
     "evaluate_pass_at_k",
     "load_results",
+    "maj_at_k",
     "pass_at_k",
     "pass_at_k_curve",
+    "pass_hat_k",
+    "pass_metrics",
     "plot_pass_at_k",
+    "resolve_answer_extractor",
     "resolve_reward_funcs",
     "save_results",
 ]

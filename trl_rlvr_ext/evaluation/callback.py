@@ -1,4 +1,4 @@
-"""`PassAtKCallback`: held-out Pass@k every N optimizer steps, logged with the trainer's own metrics."""
+"""`PassAtKCallback`: held-out pass@k, pass^k and maj@k every N optimizer steps, logged with the trainer's metrics."""
 
 from collections.abc import Callable, Sequence
 
@@ -6,19 +6,25 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from .evaluator import count_correct
-from .generation import TransformersBackend
-from .pass_at_k import curve_from_counts
+from .answers import resolve_answer_extractor
+from .evaluator import PassAtKResult, count_outcomes
+from .generation import TrainerVLLMBackend, TransformersBackend
 
 
 class PassAtKCallback(TrainerCallback):
     r"""
-    Evaluate Pass@k on a held-out set every ``eval_steps`` optimizer steps and log ``eval/pass@<k>``.
+    Evaluate a held-out set every ``eval_steps`` optimizer steps and log ``eval/pass@<k>``, ``eval/pass^<k>``, with an
+    answer extractor ``eval/maj@<k>``, and with a confidence level ``eval/<metric>_ci_low`` / ``eval/<metric>_ci_high``
+    (percentile bootstrap over problems; see docs/reference/metrics.md).
 
     Each process samples its share of the problems (problem ``i`` goes to rank ``i % world_size``); the per-problem
-    counts are gathered, so every rank computes and logs the same numbers. Sampling runs under
+    counts (and answer classes) are gathered, so every rank computes and logs the same numbers. Sampling runs under
     `torch.random.fork_rng` with a fixed seed: the training run's RNG stream is exactly what it would be without the
     callback, and every evaluation samples with the same seed (common random numbers make the steps comparable).
+
+    When the trainer generates with vLLM (``trainer.use_vllm``), the evaluation samples through the trainer's own
+    engine (`TrainerVLLMBackend`: weights synced as the trainer syncs them, colocate or server mode) instead of
+    ``model.generate``. vLLM samples from its engine's random state, so those evaluations are not seeded.
 
     The callback must know its trainer, to log into the trainer's metrics (TRL trainers average ``_metrics`` into each
     log record) and to reach the wrapped model under DeepSpeed/FSDP. Give it with ``trainer=`` or `bind`:
@@ -42,6 +48,11 @@ class PassAtKCallback(TrainerCallback):
         seed: sampling seed.
         eval_on_start: also evaluate before the first step (logged at step 0 with the first training log).
         prefix: metric name prefix.
+        answer_extractor: how to read each sample's answer for maj@k: ``"auto"`` (from the reward functions: the toy
+            reward, our math reward and TRL's ``accuracy_reward`` have one; others get no maj@k), ``"toy"``,
+            ``"math"``, a callable ``text -> str | None``, or `None` (no maj@k).
+        confidence_level: level of the bootstrap intervals over problems; `None` logs no intervals.
+        bootstrap_resamples: bootstrap resamples (seeded with ``seed``, so every rank draws the same ones).
     """
 
     def __init__(
@@ -60,6 +71,9 @@ class PassAtKCallback(TrainerCallback):
         seed: int = 0,
         eval_on_start: bool = False,
         prefix: str = "eval/",
+        answer_extractor="auto",
+        confidence_level: float | None = 0.95,
+        bootstrap_resamples: int = 1000,
     ):
         if eval_steps < 1:
             raise ValueError(f"eval_steps must be at least 1, got {eval_steps}.")
@@ -75,6 +89,15 @@ class PassAtKCallback(TrainerCallback):
         self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
         self.correct_threshold, self.batch_size, self.seed = correct_threshold, batch_size, seed
         self.eval_on_start, self.prefix = eval_on_start, prefix
+        self.answer_extractor = resolve_answer_extractor(answer_extractor, self.reward_funcs)
+        if confidence_level is not None and not 0.0 < confidence_level < 1.0:
+            raise ValueError(f"confidence_level must lie in (0, 1) or be None, got {confidence_level}.")
+        if bootstrap_resamples < 1:
+            raise ValueError(f"bootstrap_resamples must be at least 1, got {bootstrap_resamples}.")
+        self.confidence_level, self.bootstrap_resamples = confidence_level, bootstrap_resamples
+        self.last_result: PassAtKResult | None = (
+            None  # the full result (counts, answer classes) of the last evaluation
+        )
         self.trainer = None
         self.history: list[tuple[int, dict[str, float]]] = []  # (global_step, metrics) of every evaluation
         if trainer is not None:
@@ -112,47 +135,81 @@ class PassAtKCallback(TrainerCallback):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """Run the evaluation now (every process must call it) and return ``{"eval/pass@k": value}``."""
+        """Run the evaluation now (every process must call it) and return the metrics, e.g. ``{"eval/pass@1": ...}``."""
         trainer = self.trainer
         accelerator = trainer.accelerator
         rank, world = accelerator.process_index, accelerator.num_processes
-        # Equal shard sizes, so every rank makes the same number of `generate` calls (ZeRO-3 gathers are collective)
+        # Equal shard sizes, so every rank makes the same number of `generate` calls (ZeRO-3 gathers and vLLM server
+        # requests are collective)
         per_rank = -(-len(self.rows) // world)
         mine = list(range(rank, len(self.rows), world))
         padded = mine + [mine[-1] if mine else 0] * (per_rank - len(mine))
         max_new_tokens = self.max_new_tokens or getattr(trainer.args, "max_completion_length", None) or 256
-        from trl.models import unwrap_model_for_generation
-
         device = accelerator.device
         devices = [device] if device.type == "cuda" else []
-        with (
-            torch.random.fork_rng(devices=devices),
-            unwrap_model_for_generation(
-                trainer.model_wrapped,
-                accelerator,
-                gather_deepspeed3_params=getattr(trainer.args, "ds3_gather_for_generation", True),
-            ) as model,
-        ):
-            backend = TransformersBackend(model, trainer.processing_class, batch_size=self.batch_size)
-            counts = count_correct(
-                backend,
-                trainer.processing_class,
-                [self.rows[i] for i in padded],
-                self.reward_funcs,
-                self.num_samples,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                max_new_tokens=max_new_tokens,
-                correct_threshold=self.correct_threshold,
-                problems_per_batch=max(1, self.batch_size // self.num_samples),
-                seed=self.seed + rank * 1_000_003,  # ranks hold different problems; keep their streams apart too
-            )
+        with torch.random.fork_rng(devices=devices):
+            if getattr(trainer, "use_vllm", False):
+                counts, classes = self._count(
+                    TrainerVLLMBackend(trainer), [self.rows[i] for i in padded], max_new_tokens, rank
+                )
+            else:
+                from trl.models import unwrap_model_for_generation
+
+                with unwrap_model_for_generation(
+                    trainer.model_wrapped,
+                    accelerator,
+                    gather_deepspeed3_params=getattr(trainer.args, "ds3_gather_for_generation", True),
+                ) as model:
+                    backend = TransformersBackend(model, trainer.processing_class, batch_size=self.batch_size)
+                    counts, classes = self._count(backend, [self.rows[i] for i in padded], max_new_tokens, rank)
         from accelerate.utils import gather_object
 
-        pairs = gather_object([(i, int(c)) for i, c in zip(mine, counts[: len(mine)])])
+        local = [(i, int(counts[j]), None if classes is None else classes[j]) for j, i in enumerate(mine)]
         num_correct = np.zeros(len(self.rows), dtype=np.int64)
-        for i, c in pairs:
+        answer_classes = None if self.answer_extractor is None else [[] for _ in self.rows]
+        for i, c, problem_classes in gather_object(local):
             num_correct[i] = c
+            if answer_classes is not None:
+                answer_classes[i] = problem_classes
         num_samples = np.full(len(self.rows), self.num_samples, dtype=np.int64)
-        curve = curve_from_counts(num_samples, num_correct, self.ks)
-        return {f"{self.prefix}pass@{k}": value for k, value in curve.items()}
+        # Every rank holds the same gathered counts and seeds the bootstrap alike, so all log identical numbers
+        result = PassAtKResult.from_counts(
+            "eval",
+            num_samples,
+            num_correct,
+            self.ks,
+            answer_classes,
+            confidence_level=self.confidence_level,
+            bootstrap_resamples=self.bootstrap_resamples,
+            seed=self.seed,
+        )
+        self.last_result = result
+        return self.metrics_of(result)
+
+    def _count(self, backend, rows, max_new_tokens: int, rank: int):
+        return count_outcomes(
+            backend,
+            self.trainer.processing_class,
+            rows,
+            self.reward_funcs,
+            self.num_samples,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            max_new_tokens=max_new_tokens,
+            correct_threshold=self.correct_threshold,
+            problems_per_batch=max(1, self.batch_size // self.num_samples),
+            seed=self.seed + rank * 1_000_003,  # ranks hold different problems; keep their streams apart too
+            answer_extractor=self.answer_extractor,
+        )
+
+    def metrics_of(self, result: PassAtKResult) -> dict[str, float]:
+        """The logged metrics of a result: ``<prefix>pass@<k>``, ``<prefix>pass^<k>``, ``<prefix>maj@<k>`` and
+        ``<prefix><metric>_ci_low`` / ``_ci_high``."""
+        metrics = {f"{self.prefix}pass@{k}": v for k, v in result.pass_at_k.items()}
+        metrics.update({f"{self.prefix}pass^{k}": v for k, v in result.pass_hat_k.items()})
+        if result.maj_at_k is not None:
+            metrics.update({f"{self.prefix}maj@{k}": v for k, v in result.maj_at_k.items()})
+        for name, (low, high) in result.intervals.items():
+            metrics[f"{self.prefix}{name}_ci_low"] = low
+            metrics[f"{self.prefix}{name}_ci_high"] = high
+        return metrics

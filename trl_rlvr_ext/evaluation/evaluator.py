@@ -1,4 +1,5 @@
-"""Pass@k evaluation: ``n`` samples per problem, graded by reward functions, unbiased pass@k for k = 1, 2, 4, ..., n."""
+"""Pass@k evaluation: ``n`` samples per problem, graded by reward functions; unbiased pass@k, pass^k and maj@k for
+k = 1, 2, 4, ..., n, with bootstrap confidence intervals over problems."""
 
 import json
 import os
@@ -8,13 +9,14 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from .generation import make_backend, sample_and_grade
-from .pass_at_k import curve_from_counts
+from .answers import resolve_answer_extractor
+from .generation import make_backend, sample_grade_and_extract
+from .pass_at_k import answer_classes, pass_metrics
 
 
 @dataclass
 class PassAtKResult:
-    """Per-problem counts and the pass@k curve of one model.
+    """Per-problem counts and the pass@k, pass^k and maj@k curves of one model, with their confidence intervals.
 
     Attributes:
         label: the name of the curve (a model path, a checkpoint, ...).
@@ -22,6 +24,12 @@ class PassAtKResult:
         num_correct: ``c`` per problem.
         pass_at_k: mean pass@k over problems, for each reported ``k``.
         config: the sampling settings, recorded with the results.
+        pass_hat_k: mean pass^k (all ``k`` correct) over problems, for each reported ``k``.
+        maj_at_k: mean maj@k over problems, for each reported ``k``; `None` when no answers were extracted.
+        answer_classes: per problem, ``[(n_a, c_a), ...]`` over its distinct extracted answers (see
+            `trl_rlvr_ext.evaluation.answer_classes`); `None` when no answers were extracted.
+        intervals: ``(low, high)`` bootstrap confidence interval of each metric, keyed ``"pass@<k>"``, ``"pass^<k>"``,
+            ``"maj@<k>"``; empty when none were computed (and in files written before they existed).
     """
 
     label: str
@@ -29,25 +37,88 @@ class PassAtKResult:
     num_correct: np.ndarray
     pass_at_k: dict[int, float]
     config: dict = field(default_factory=dict)
+    pass_hat_k: dict[int, float] = field(default_factory=dict)
+    maj_at_k: dict[int, float] | None = None
+    answer_classes: list[list[tuple[int, int]]] | None = None
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_counts(
+        cls,
+        label: str,
+        num_samples,
+        num_correct,
+        ks: Sequence[int] | None = None,
+        answer_classes: Sequence[Sequence[tuple[int, int]]] | None = None,
+        confidence_level: float | None = 0.95,
+        bootstrap_resamples: int = 1000,
+        seed: int = 0,
+        config: dict | None = None,
+    ) -> "PassAtKResult":
+        """Every metric from per-problem counts (and answer classes, for maj@k), with bootstrap intervals over problems
+        (see `trl_rlvr_ext.evaluation.pass_metrics`); the interval settings are recorded in ``config``."""
+        n = np.asarray(num_samples, dtype=np.int64)
+        c = np.asarray(num_correct, dtype=np.int64)
+        classes = None if answer_classes is None else [[(int(a), int(b)) for a, b in p] for p in answer_classes]
+        values, intervals = pass_metrics(
+            n, c, ks, classes, confidence_level=confidence_level, num_resamples=bootstrap_resamples, seed=seed
+        )
+        config = dict(config or {})
+        if confidence_level is not None:
+            config.update(
+                confidence_level=confidence_level, bootstrap_resamples=bootstrap_resamples, bootstrap_seed=seed
+            )
+
+        def family(prefix):
+            return {int(name[len(prefix) :]): v for name, v in values.items() if name.startswith(prefix)}
+
+        return cls(
+            label=str(label),
+            num_samples=n,
+            num_correct=c,
+            pass_at_k=family("pass@"),
+            config=config,
+            pass_hat_k=family("pass^"),
+            maj_at_k=None if classes is None else family("maj@"),
+            answer_classes=classes,
+            intervals=intervals,
+        )
 
     def to_dict(self) -> dict:
-        return {
+        data = {
             "label": self.label,
             "num_problems": len(self.num_samples),
             "pass_at_k": {f"pass@{k}": v for k, v in self.pass_at_k.items()},
-            "num_samples": self.num_samples.tolist(),
-            "num_correct": self.num_correct.tolist(),
-            "config": self.config,
+            "pass_hat_k": {f"pass^{k}": v for k, v in self.pass_hat_k.items()},
         }
+        if self.maj_at_k is not None:
+            data["maj_at_k"] = {f"maj@{k}": v for k, v in self.maj_at_k.items()}
+        data["intervals"] = {name: [low, high] for name, (low, high) in self.intervals.items()}
+        data["num_samples"] = self.num_samples.tolist()
+        data["num_correct"] = self.num_correct.tolist()
+        if self.answer_classes is not None:
+            data["answer_classes"] = [[[size, correct] for size, correct in p] for p in self.answer_classes]
+        data["config"] = self.config
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "PassAtKResult":
+        """A result from `to_dict`'s output; files written before pass^k, maj@k and intervals existed load too."""
+
+        def by_k(block):
+            return {int(key.split("@" if "@" in key else "^")[1]): float(v) for key, v in block.items()}
+
+        classes = data.get("answer_classes")
         return cls(
             label=data["label"],
             num_samples=np.asarray(data["num_samples"], dtype=np.int64),
             num_correct=np.asarray(data["num_correct"], dtype=np.int64),
-            pass_at_k={int(key.split("@")[1]): float(v) for key, v in data["pass_at_k"].items()},
+            pass_at_k=by_k(data["pass_at_k"]),
             config=data.get("config", {}),
+            pass_hat_k=by_k(data.get("pass_hat_k", {})),
+            maj_at_k=by_k(data["maj_at_k"]) if "maj_at_k" in data else None,
+            answer_classes=None if classes is None else [[(int(a), int(b)) for a, b in p] for p in classes],
+            intervals={name: (float(low), float(high)) for name, (low, high) in data.get("intervals", {}).items()},
         )
 
 
@@ -69,11 +140,47 @@ def count_correct(
     """Number of correct samples among ``num_samples`` for each dataset row (a dict with ``prompt`` and the columns
     the reward functions read). Problems are processed ``problems_per_batch`` at a time; batch ``b`` samples with
     seed ``seed + b``, so the counts do not depend on how many batches ran before."""
+    counts, _ = count_outcomes(
+        backend,
+        tokenizer,
+        rows,
+        reward_funcs,
+        num_samples,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        correct_threshold=correct_threshold,
+        problems_per_batch=problems_per_batch,
+        seed=seed,
+        progress=progress,
+    )
+    return counts
+
+
+def count_outcomes(
+    backend,
+    tokenizer,
+    rows: Sequence[dict],
+    reward_funcs: Sequence[Callable],
+    num_samples: int,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 256,
+    correct_threshold: float = 1.0,
+    problems_per_batch: int = 64,
+    seed: int | None = 0,
+    progress: bool = False,
+    answer_extractor: Callable[[str], str | None] | None = None,
+) -> tuple[np.ndarray, list[list[tuple[int, int]]] | None]:
+    """`count_correct`, plus each row's answer classes ``[(n_a, c_a), ...]`` for maj@k when ``answer_extractor`` is
+    given (else `None`). Returns ``(counts, answer_classes)``."""
     counts = np.zeros(len(rows), dtype=np.int64)
+    classes: list[list[tuple[int, int]]] | None = None if answer_extractor is None else [[] for _ in rows]
     starts = range(0, len(rows), problems_per_batch)
     for b, start in enumerate(tqdm(starts, desc="Pass@k", disable=not progress)):
         batch = rows[start : start + problems_per_batch]
-        _, _, correct = sample_and_grade(
+        _, _, correct, answers = sample_grade_and_extract(
             backend,
             tokenizer,
             batch,
@@ -84,9 +191,13 @@ def count_correct(
             max_new_tokens=max_new_tokens,
             correct_threshold=correct_threshold,
             seed=None if seed is None else seed + b,
+            answer_extractor=answer_extractor,
         )
         counts[start : start + len(batch)] = correct.sum(axis=1)
-    return counts
+        if classes is not None:
+            for offset, (row_answers, row_correct) in enumerate(zip(answers, correct)):
+                classes[start + offset] = answer_classes(row_answers, row_correct.tolist())
+    return counts, classes
 
 
 def evaluate_pass_at_k(
@@ -107,9 +218,13 @@ def evaluate_pass_at_k(
     num_problems: int | None = None,
     label: str | None = None,
     progress: bool = True,
+    answer_extractor="auto",
+    confidence_level: float | None = 0.95,
+    bootstrap_resamples: int = 1000,
 ) -> PassAtKResult:
     r"""
-    Sample ``num_samples`` completions per problem, grade them, and compute the unbiased pass@k curve.
+    Sample ``num_samples`` completions per problem, grade them, and compute the unbiased pass@k, pass^k and (with an
+    answer extractor) maj@k curves, with percentile-bootstrap confidence intervals over problems.
 
     Args:
         model (`str` or `PreTrainedModel`):
@@ -133,6 +248,11 @@ def evaluate_pass_at_k(
         num_problems: evaluate only the first ``num_problems`` problems.
         label: the curve's name (default: the model path or class name).
         progress: show progress bars.
+        answer_extractor: how to read each sample's answer for maj@k: ``"auto"`` (from the reward functions: the toy
+            reward, our math reward and TRL's ``accuracy_reward`` have extractors; other rewards get no maj@k),
+            ``"toy"``, ``"math"`` (math-verify), a callable ``text -> str | None``, or `None` (no maj@k).
+        confidence_level: level of the bootstrap intervals over problems (`None`: no intervals).
+        bootstrap_resamples: bootstrap resamples (seeded with ``seed``).
 
     Returns:
         [`PassAtKResult`].
@@ -162,8 +282,9 @@ def evaluate_pass_at_k(
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(model)
+    extractor = resolve_answer_extractor(answer_extractor, reward_funcs)
     backend = make_backend(model, tokenizer, use_vllm, batch_size, progress=False, vllm_kwargs=vllm_kwargs)
-    counts = count_correct(
+    counts, classes = count_outcomes(
         backend,
         tokenizer,
         rows,
@@ -176,6 +297,7 @@ def evaluate_pass_at_k(
         problems_per_batch=max(1, batch_size // num_samples),
         seed=seed,
         progress=progress,
+        answer_extractor=extractor,
     )
     n = np.full(len(rows), num_samples, dtype=np.int64)
     config = {
@@ -187,7 +309,19 @@ def evaluate_pass_at_k(
         "seed": seed,
         "backend": "vllm" if use_vllm else "transformers",
     }
-    return PassAtKResult(str(label), n, counts, curve_from_counts(n, counts, ks), config)
+    if extractor is not None:
+        config["answer_extractor"] = getattr(extractor, "__name__", type(extractor).__name__)
+    return PassAtKResult.from_counts(
+        label,
+        n,
+        counts,
+        ks,
+        classes,
+        confidence_level=confidence_level,
+        bootstrap_resamples=bootstrap_resamples,
+        seed=seed,
+        config=config,
+    )
 
 
 def save_results(results: Sequence[PassAtKResult], path: str) -> str:

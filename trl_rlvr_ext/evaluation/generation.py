@@ -3,7 +3,8 @@
 Two generation backends with one interface, ``backend.generate(prompt_ids, num_samples, ...) -> completions``:
 
 - `TransformersBackend`: batched ``model.generate`` (left padding, any causal LM, CPU or GPU);
-- `VLLMBackend`: a vLLM engine (imported lazily; only when installed and asked for).
+- `VLLMBackend`: a vLLM engine (imported lazily; only when installed and asked for);
+- `TrainerVLLMBackend`: a TRL trainer's own vLLM engine, for evaluation during training with ``use_vllm=True``.
 
 Grading follows TRL's reward-function convention: ``f(prompts=, completions=, completion_ids=, **dataset_columns)``
 returns one float (or ``None``) per completion, so the reward functions written for `GRPOTrainer` grade evaluation
@@ -253,6 +254,93 @@ class VLLMBackend:
         return out
 
 
+class TrainerVLLMBackend:
+    """Generation through a TRL trainer's own vLLM engine (``trainer.vllm_generation``, colocate or server mode).
+
+    It follows the trainer's generation step: the engine gets the current weights first when the training step moved
+    since the last sync (``trainer._last_loaded_step``), and each prompt is repeated ``num_samples`` times, as
+    ``VLLMGeneration.generate`` expects. For the duration of the call the engine samples with this call's settings
+    (temperature, top-p, no top-k/min-p, no repetition penalty, this length budget, no extra ``generation_kwargs``);
+    the trainer's settings are restored afterwards.
+
+    Every process must call `generate` with the same number of prompts (server mode gathers them across processes).
+    Sampling uses the engine's own random state: ``seed`` cannot be honoured (a per-request seed would make the
+    ``num_samples`` copies of a prompt identical in colocate mode), so evaluations with vLLM are not reproducible
+    sample for sample.
+    """
+
+    # `VLLMGeneration` attributes that set the sampling; overridden during `generate` and restored after it
+    _SAMPLING_ATTRIBUTES = (
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "max_completion_length",
+        "generation_kwargs",
+    )
+
+    def __init__(self, trainer):
+        generation = getattr(trainer, "vllm_generation", None)
+        if generation is None:
+            raise ValueError(
+                "The trainer has use_vllm=True but no `vllm_generation` engine (TRL >= 1.0 builds it in the "
+                "trainer's __init__); evaluate with use_vllm=False or build the trainer with vLLM available."
+            )
+        self.trainer, self.generation = trainer, generation
+        self.eos_token_ids = eos_token_ids_of(getattr(trainer, "model", None), trainer.processing_class)
+
+    def _sync_weights(self):
+        trainer = self.trainer
+        if trainer.state.global_step != getattr(trainer, "_last_loaded_step", None):
+            self.generation.sync_weights()
+            trainer._last_loaded_step = trainer.state.global_step
+
+    def generate(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        num_samples: int = 1,
+        *,
+        greedy: bool = False,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        max_new_tokens: int = 256,
+        seed: int | None = None,
+        desc: str = "Generating",
+    ) -> list[list[list[int]]]:
+        if num_samples < 1:
+            raise ValueError(f"num_samples must be at least 1, got {num_samples}.")
+        self._sync_weights()
+        settings = {
+            "temperature": 0.0 if greedy else temperature,
+            "top_p": 1.0 if greedy else top_p,
+            "top_k": 0,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
+            "max_completion_length": max_new_tokens,
+            "generation_kwargs": {},
+        }
+        saved = {name: getattr(self.generation, name) for name in self._SAMPLING_ATTRIBUTES}
+        repeated = [list(ids) for ids in prompt_ids for _ in range(num_samples)]
+        try:
+            for name, value in settings.items():
+                setattr(self.generation, name, value)
+            _, completion_ids, _, _ = self.generation.generate(
+                prompts=repeated, images=None, num_generations=num_samples
+            )
+        finally:
+            for name, value in saved.items():
+                setattr(self.generation, name, value)
+        if len(completion_ids) != len(repeated):
+            raise RuntimeError(
+                f"The trainer's vLLM engine returned {len(completion_ids)} completions for {len(repeated)} requests."
+            )
+        return [
+            [truncate_at_eos(completion_ids[p * num_samples + s], self.eos_token_ids) for s in range(num_samples)]
+            for p in range(len(prompt_ids))
+        ]
+
+
 def make_backend(
     model, tokenizer, use_vllm: bool = False, batch_size: int = 64, progress: bool = False, vllm_kwargs=None
 ):
@@ -331,6 +419,37 @@ def sample_and_grade(
 ) -> tuple[list[list[int]], list[list[list[int]]], np.ndarray]:
     """Sample ``num_samples`` completions for each row (a dict with ``prompt`` and the reward functions' columns)
     and grade them. Returns ``(prompt_ids, completion_ids, correct)``, ``correct`` of shape (rows, num_samples)."""
+    prompt_ids, sampled, correct, _ = sample_grade_and_extract(
+        backend,
+        tokenizer,
+        rows,
+        reward_funcs,
+        num_samples,
+        temperature=temperature,
+        top_p=top_p,
+        max_new_tokens=max_new_tokens,
+        correct_threshold=correct_threshold,
+        seed=seed,
+    )
+    return prompt_ids, sampled, correct
+
+
+def sample_grade_and_extract(
+    backend,
+    tokenizer,
+    rows: Sequence[dict],
+    reward_funcs: Sequence[Callable],
+    num_samples: int,
+    *,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 256,
+    correct_threshold: float = 1.0,
+    seed: int | None = None,
+    answer_extractor: Callable[[str], str | None] | None = None,
+) -> tuple[list[list[int]], list[list[list[int]]], np.ndarray, list[list[str | None]] | None]:
+    """`sample_and_grade`, plus the answer of each sample for maj@k: ``(prompt_ids, completion_ids, correct,
+    answers)``, ``answers[row][sample]`` from ``answer_extractor`` on the completion text (`None` without one)."""
     prompts = [row["prompt"] for row in rows]
     prompt_ids = render_prompt_ids(tokenizer, prompts)
     sampled = backend.generate(
@@ -341,7 +460,13 @@ def sample_and_grade(
     columns = {key: [row[key] for row in rows for _ in range(num_samples)] for key in rows[0] if key != "prompt"}
     completions = decode_completions(tokenizer, flat_ids, is_conversational_prompt(prompts[0]))
     correct = grade(reward_funcs, flat_prompts, completions, flat_ids, columns, correct_threshold)
-    return prompt_ids, sampled, correct.reshape(len(rows), num_samples)
+    answers = None
+    if answer_extractor is not None:
+        from .answers import extract_answers
+
+        flat_answers = extract_answers(answer_extractor, completions)
+        answers = [flat_answers[r * num_samples : (r + 1) * num_samples] for r in range(len(rows))]
+    return prompt_ids, sampled, correct.reshape(len(rows), num_samples), answers
 
 
 def resolve_reward_funcs(names: Sequence[str]) -> list[Callable]:

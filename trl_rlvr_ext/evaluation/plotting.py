@@ -4,13 +4,18 @@ import os
 from collections.abc import Mapping, Sequence
 
 
-def plot_pass_at_k(curves, path: str, title: str | None = None) -> str:
-    """Plot pass@k against k (log2 axis) for several models or checkpoints and save it to ``path`` (PNG).
+_METRICS = {"pass@": "pass_at_k", "pass^": "pass_hat_k", "maj@": "maj_at_k"}
+
+
+def plot_pass_at_k(curves, path: str, title: str | None = None, metric: str = "pass@") -> str:
+    """Plot pass@k (or pass^k, maj@k) against k (log2 axis) for several models or checkpoints and save it to ``path``
+    (PNG). A `PassAtKResult` that carries confidence intervals for the plotted metric is drawn with a shaded band.
 
     Args:
-        curves: `PassAtKResult`s, or a mapping ``label -> {k: pass@k}``.
+        curves: `PassAtKResult`s, or a mapping ``label -> {k: value}`` (no bands).
         path: the image file to write (its folder is created).
         title: the plot title.
+        metric: ``"pass@"``, ``"pass^"`` or ``"maj@"`` (results without maj@k are skipped for ``"maj@"``).
 
     Returns:
         ``path``.
@@ -24,25 +29,40 @@ def plot_pass_at_k(curves, path: str, title: str | None = None) -> str:
     matplotlib.use("Agg")  # no display needed; safe on servers and in tests
     import matplotlib.pyplot as plt
 
+    if metric not in _METRICS:
+        raise ValueError(f"metric must be one of {sorted(_METRICS)}, got {metric!r}.")
+    bands: dict[str, dict[int, tuple[float, float]]] = {}
+    results = []
     if not isinstance(curves, Mapping):
-        curves = {result.label: result.pass_at_k for result in _as_list(curves)}
-    if not curves:
-        raise ValueError("There is no pass@k curve to plot.")
+        results = [r for r in _as_list(curves) if getattr(r, _METRICS[metric]) is not None]
+        curves = {result.label: getattr(result, _METRICS[metric]) for result in results}
+        for result in results:
+            band = {k: result.intervals.get(f"{metric}{k}") for k in curves[result.label]}
+            if band and all(v is not None for v in band.values()):
+                bands[result.label] = band
+    if not curves or not any(curves.values()):
+        raise ValueError(f"There is no {metric}k curve to plot.")
     fig, ax = plt.subplots(figsize=(6, 4))
     try:
         all_ks = set()
         for label, curve in curves.items():
             ks = sorted(int(k) for k in curve)
             all_ks.update(ks)
-            ax.plot(ks, [100.0 * curve[k] for k in ks], marker="o", label=str(label))
+            (line,) = ax.plot(ks, [100.0 * curve[k] for k in ks], marker="o", label=str(label))
+            if label in bands:  # the bootstrap confidence interval of each point, as a band in the line's colour
+                low = [100.0 * bands[label][k][0] for k in ks]
+                high = [100.0 * bands[label][k][1] for k in ks]
+                ax.fill_between(ks, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(all_ks))
         ax.set_xticklabels([str(k) for k in sorted(all_ks)])
         ax.set_xlabel("k (samples)")
-        ax.set_ylabel("pass@k (%)")
+        ax.set_ylabel(f"{metric}k (%)")
         ax.set_ylim(0, 100)
         ax.grid(True, alpha=0.3)
-        ax.set_title(title or "Pass@k")
+        level = next((r.config.get("confidence_level") for r in results if r.label in bands), None)
+        default_title = f"{metric}k" + (f" ({100 * level:g}% bootstrap intervals)" if level else "")
+        ax.set_title(title or default_title)
         ax.legend(loc="lower right", fontsize="small")
         fig.tight_layout()
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
