@@ -216,6 +216,62 @@ def test_step_without_kept_prompts_leaves_parameters_untouched(tiny_model_path, 
     assert int(state["step"]) == 2
 
 
+class StateRecorder(TrainerCallback):
+    """Parameters and every optimizer-state tensor at the end of each optimizer step."""
+
+    def __init__(self, trainer):
+        self.trainer, self.params, self.states = trainer, [], []
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.params.append([p.detach().clone() for p in model.parameters()])
+        optimizer_state = self.trainer.optimizer.state_dict()["state"]
+        self.states.append(
+            {(i, k): torch.as_tensor(v).clone() for i, st in optimizer_state.items() for k, v in st.items()}
+        )
+
+
+def test_empty_optimizer_window_inside_a_generation_batch_is_not_stepped(tiny_model_path, tmp_path, monkeypatch):
+    """steps_per_generation = 2 x gradient_accumulation_steps: each generation batch feeds two optimizer steps. At
+    the second generation (global step 2) the first prompt is solved greedily; unshuffled, its rows make up the whole
+    window of step 3, while step 4 trains on the other prompt. Step 3 must leave the parameters AND the optimizer state
+    (AdamW moments, step count) bit-identical, although momentum from steps 1-2 and weight decay would move them."""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    monkeypatch.setattr(grpo_module, "shuffle_sequence_dict", lambda batch: batch)
+    trainer = make_trainer(
+        tmp_path,
+        tiny_model_path,
+        curation="self",
+        per_device_train_batch_size=2,
+        steps_per_generation=2,
+        weight_decay=0.1,
+        max_steps=4,
+    )
+    solved_first = []
+
+    def grade(examples, completion_ids):
+        solved = [i == 0 and trainer.state.global_step == 2 for i in range(len(examples))]
+        solved_first.append(solved)
+        return solved
+
+    trainer._curation_grade = grade
+    recorder = StateRecorder(trainer)
+    trainer.add_callback(recorder)
+    trainer.train()
+    assert [len(s) for s in solved_first] == [2, 2] and solved_first[1] == [True, False]
+    step1, step2, step3, step4 = recorder.params
+    assert any(not torch.equal(a, b) for a, b in zip(step1, step2))
+    assert all(torch.equal(a, b) for a, b in zip(step2, step3))  # the empty window: parameters untouched
+    assert any(not torch.equal(a, b) for a, b in zip(step3, step4))
+    state2, state3, state4 = recorder.states[1:]
+    assert state2.keys() == state3.keys() and all(torch.equal(state2[k], state3[k]) for k in state2)
+    assert any(not torch.equal(state3[k], state4[k]) for k in state3)
+    assert {int(v) for (_, name), v in state4.items() if name == "step"} == {3}  # AdamW never counted step 3
+    logs = {log["step"]: log for log in trainer.state.log_history if "loss" in log}
+    assert [logs[s]["curation/step_skipped"] for s in (1, 2, 3, 4)] == [0.0, 0.0, 1.0, 0.0]
+    assert trainer.state.global_step == 4  # the skipped step still counts as a step (and advances the LR schedule)
+
+
 # ---------------------------------------------------------------------------------------------- equivalences
 def run(trainer_cls, args_cls, tmp_path, model_path, reward, dataset, **overrides):
     trainer = trainer_cls(

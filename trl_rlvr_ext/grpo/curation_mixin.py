@@ -14,8 +14,10 @@ statistics and their serialisation are trainer-free code in `trl_rlvr_ext.curati
   batch statistics, so the kept prompts' advantages are those of GRPO on the kept prompts alone.
 - `compute_loss`: the loss of a micro-batch is TRL's loss on its kept rows, with ``num_items_in_batch`` counting kept
   tokens only (the normaliser of GRPO on the kept prompts alone).
-- `training_step` + an internal callback: an optimizer step none of whose micro-batches kept a prompt leaves every
-  gradient ``None``, so the optimizer does not touch the parameters (no momentum, no weight decay).
+- an internal callback: an optimizer window none of whose micro-batches kept a row (on any process) has every
+  gradient set to ``None`` before the step, so the optimizer leaves the parameters and its own state untouched (no
+  momentum, no weight decay, no step count). The trainer's ``global_step`` and the LR scheduler still advance.
+  `compute_loss` records, per micro-batch, whether the window kept a row.
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: ``curation_state.json`` holds the statistics and the sampler's
   RNG and position; a resumed run continues the same index stream.
 """
@@ -176,13 +178,14 @@ class CurationMixin:
         self._curation_sampler = None
         self._curation_pending_sampler_state = None
         self._curation_batch = None  # the current generation batch's rows / keep mask, while it is being scored
-        self._curation_gen_has_kept = True
-        self._curation_window_kept = False
+        self._curation_window_kept = False  # whether a micro-batch of the current optimizer window kept a row
         self.add_callback(_CurationCallback(self))
         if self.is_deepspeed_enabled and self._curation_mode == "self":
             logger.warning(
-                "curation='self' under DeepSpeed: DeepSpeed steps its optimizer inside backward, so a step with no "
-                "kept prompt runs with zero gradients instead of being skipped (momentum and weight decay still act)."
+                "curation='self' under DeepSpeed: DeepSpeed steps its optimizer inside backward, so an optimizer step "
+                "whose window kept no prompt cannot be skipped: it runs with zero gradients, and momentum and weight "
+                "decay still move the parameters. Without DeepSpeed such a step leaves parameters and optimizer state "
+                "untouched."
             )
 
     def _curation_row(self, example: dict) -> int:
@@ -406,7 +409,6 @@ class CurationMixin:
         kept_tokens = (mask * local_keep.unsqueeze(1)).sum()
         # GRPO's token normaliser (dapo / cispo / vespo) over the kept completions of the whole generation batch
         output["num_items_in_batch"] = self.accelerator.gather(kept_tokens).sum()
-        self._curation_gen_has_kept = bool(keep.any())
         return output
 
     def _curation_fused_greedy(self) -> dict[int, bool]:
@@ -459,6 +461,10 @@ class CurationMixin:
         target = num_kept
         if self.accelerator.num_processes > 1:
             target = int(self.accelerator.gather(torch.tensor([num_kept], device=keep.device)).max())
+        # Per micro-batch, not per generation batch: with steps_per_generation > gradient_accumulation_steps a
+        # generation batch that kept rows can still leave a whole optimizer window empty. `target` is gathered, so
+        # every process reaches the same decision in _curation_before_optimizer_step.
+        self._curation_window_kept = self._curation_window_kept or target > 0
         if target == 0:
             # No rank kept a row: still run forward and backward on one loss-free row (DDP all-reduces gradients
             # from every rank), and discard its metrics.
@@ -477,18 +483,14 @@ class CurationMixin:
         batch = select_rows(inputs, index, num_padding=target - num_kept)
         return super().compute_loss(model, batch, return_outputs, num_items_in_batch)
 
-    def training_step(self, model, inputs, num_items_in_batch):
-        output = super().training_step(model, inputs, num_items_in_batch)
-        if self._curation_mode == "self":
-            self._curation_window_kept = self._curation_window_kept or self._curation_gen_has_kept
-        return output
-
     def _curation_before_optimizer_step(self):
         if self._curation_mode != "self":
             return
         skipped = not self._curation_window_kept
         if skipped:
-            # Every gradient None: torch optimizers leave such parameters alone (no momentum, no weight decay).
+            # Every gradient None: torch optimizers leave such parameters and their state alone (no momentum, no
+            # weight decay, no step count). The trainer still advances global_step and the LR scheduler: the step
+            # counts windows of data, so max_steps, logging and checkpoints keep their meaning.
             self.optimizer.zero_grad(set_to_none=True)
             for param in self.model.parameters():
                 param.grad = None
