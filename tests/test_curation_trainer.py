@@ -67,7 +67,7 @@ def independent_advantages(rewards, keep, num_generations, scale):
 
 @pytest.mark.parametrize(
     "loss_type, scale",
-    [("dapo", "batch"), ("dapo", "group"), ("grpo", "batch"), ("bnpo", "group"), ("dr_grpo", "batch")],
+    [("dapo", "batch"), ("dapo", "group"), ("grpo", "batch"), ("sapo", "group"), ("dr_grpo", "batch")],
 )
 def test_self_loss_equals_grpo_loss_on_the_kept_prompts(tiny_model_path, tmp_path, loss_type, scale):
     recorded = []
@@ -99,6 +99,7 @@ def test_self_loss_equals_grpo_loss_on_the_kept_prompts(tiny_model_path, tmp_pat
     kept_batch["advantages"] = advantages
     kept_batch["num_items_in_batch"] = out["completion_mask"][keep].sum()
     expected = GRPOTrainer._compute_loss(trainer, trainer.model, kept_batch)
+    trainer._curation_count_window_rows([out])  # what _prepare_inputs does for the sequence-averaged losses
     got = trainer.compute_loss(trainer.model, out)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
     assert got.abs() > 0
@@ -270,6 +271,72 @@ def test_empty_optimizer_window_inside_a_generation_batch_is_not_stepped(tiny_mo
     logs = {log["step"]: log for log in trainer.state.log_history if "loss" in log}
     assert [logs[s]["curation/step_skipped"] for s in (1, 2, 3, 4)] == [0.0, 0.0, 1.0, 0.0]
     assert trainer.state.global_step == 4  # the skipped step still counts as a step (and advances the LR schedule)
+
+
+@pytest.mark.parametrize(
+    "loss_type, extra",
+    [("grpo", {}), ("sapo", {}), ("dr_grpo", {}), ("luspo", {"importance_sampling_level": "sequence"})],
+)
+def test_self_sequence_averaged_losses_weigh_each_kept_sequence_one_over_k(
+    tiny_model_path, tmp_path, monkeypatch, loss_type, extra
+):
+    """Two micro-batches of one optimizer window keep 2 and 4 rows. Their losses, as the trainer computes them, must
+    add up to GRPO's loss on the 6 kept rows as one batch (TRL's formula, computed independently on that batch), and
+    so must their gradients: each kept sequence weighs 1/6, not 1/(2·2) in one micro-batch and 1/(2·4) in the other.
+    (At ratio 1 the loss is about 0, since advantages sum to 0 per group: the gradients carry the test.)"""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    monkeypatch.setattr(grpo_module, "shuffle_sequence_dict", lambda batch: batch)
+    trainer = make_trainer(
+        tmp_path,
+        tiny_model_path,
+        curation="self",
+        loss_type=loss_type,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        **extra,
+    )
+    scripted_greedy(trainer, lambda step: {1})
+    trainer.model.double()  # float64: the two computations batch rows differently, and float32 noise would dominate
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    inputs = [dict(trainer.train_dataset[r]) for r in (0, 0, 1, 1, 2, 2, 3, 3)]
+    trainer._step, trainer._buffered_inputs = 0, None
+    micro = [trainer._prepare_inputs(inputs)]
+    trainer._step = 1
+    micro.append(trainer._prepare_inputs(inputs))
+    assert [m["curation_keep"].tolist() for m in micro] == [[True, True, False, False], [True] * 4]
+    losses = [trainer.compute_loss(trainer.model, m) for m in micro]
+
+    full = {k: torch.cat([m[k] for m in micro]) for k in ("prompt_ids", "prompt_mask", "completion_ids")}
+    full["completion_mask"] = torch.cat([m["completion_mask"] for m in micro])
+    full["advantages"] = torch.cat([m["advantages"] for m in micro])
+    keep = torch.cat([m["curation_keep"] for m in micro])
+    kept_batch = {k: v[keep] for k, v in full.items()}
+    kept_batch["num_items_in_batch"] = kept_batch["completion_mask"].sum()
+    trainer.current_gradient_accumulation_steps = 1  # one batch of the 6 kept rows
+    expected = GRPOTrainer._compute_loss(trainer, trainer.model, kept_batch)
+    torch.testing.assert_close(losses[0] + losses[1], expected, rtol=1e-5, atol=1e-7)  # about 0: see above
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    got = torch.autograd.grad(losses[0] + losses[1], params)
+    want = torch.autograd.grad(expected, params)
+    scale = max(g.abs().max() for g in want)
+    assert scale > 1e-3
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6 * scale)
+
+
+def test_self_refuses_loss_types_without_a_kept_only_normaliser(tmp_path):
+    with pytest.raises(ValueError, match=r"loss_type='bnpo'.*Use one of \['dapo', 'cispo', 'vespo', 'grpo'"):
+        RLVRGRPOConfig(**config(tmp_path, curation="self", loss_type="bnpo"))
+    RLVRGRPOConfig(**config(tmp_path, curation="pass_rate", loss_type="bnpo"))  # only SELF masks rows
+    with pytest.raises(ValueError, match="must be a multiple of gradient_accumulation_steps"):
+        RLVRGRPOConfig(
+            **config(
+                tmp_path, curation="self", loss_type="grpo", gradient_accumulation_steps=2, steps_per_generation=3
+            )
+        )
+    RLVRGRPOConfig(**config(tmp_path, curation="self", gradient_accumulation_steps=2, steps_per_generation=3))  # dapo
 
 
 # ---------------------------------------------------------------------------------------------- equivalences
@@ -470,7 +537,7 @@ def test_configuration_errors_are_clear(tiny_model_path, tmp_path):
         RLVRGRPOConfig(**config(tmp_path, curation="greedy"))
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "bnpo"])
+@pytest.mark.parametrize("loss_type", ["dapo", "cispo"])
 def test_padding_rows_carry_no_loss(tiny_model_path, tmp_path, loss_type):
     # multi-process runs pad each rank's kept rows to a common count; for token-normalised losses that changes nothing
     from trl_rlvr_ext.grpo.curation_mixin import select_rows

@@ -15,6 +15,12 @@ from ..lora_init.config import LoraInitArguments
 CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 CLIP_RECOVERY_MODES = ("none", "nsr", "nsr_expected")
 CURATION_MODES = ("none", "self", "pass_rate")
+# Loss types that average each sequence's loss (or sum) over a row count, per micro-batch. With curation="self" the
+# trainer rescales them so that every kept sequence of an optimizer window weighs 1/K (K: kept sequences in the window,
+# all processes), which needs each window inside one generation batch.
+SELF_SEQUENCE_AVERAGED_LOSS_TYPES = ("grpo", "sapo", "dr_grpo", "luspo")
+# Token-normalised losses whose normaliser is TRL's `num_items_in_batch`, which SELF sets to the kept tokens.
+SELF_TOKEN_NORMALISED_LOSS_TYPES = ("dapo", "cispo", "vespo")
 PASS_RATE_TARGETS = ("low", "mid")
 
 
@@ -39,8 +45,12 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         curation (`str`, *optional*, defaults to `"none"`):
             Which prompts GRPO trains on. `"none"`: stock TRL sampling. `"self"`: every generation step decodes each
             prompt of the batch greedily with the current policy; only prompts whose greedy answer is wrong enter the
-            loss (GRPO's loss on those prompts alone); a step with none left makes no update; the sampler skips
-            prompts known to be solved until `curation_self_recheck_steps` have passed. `"pass_rate"`: prompts are
+            loss (GRPO's loss on those prompts alone); an optimizer step with none left in its window makes no update
+            (parameters and optimizer state unchanged; `global_step` and the LR schedule still advance); the sampler
+            skips prompts known to be solved until `curation_self_recheck_steps` have passed. Works with `loss_type`
+            dapo, cispo, vespo (kept-token normaliser) and grpo, sapo, dr_grpo, luspo (each kept sequence of an
+            optimizer window weighs 1/K; needs `steps_per_generation` to be a multiple of
+            `gradient_accumulation_steps`); `bnpo` is refused. `"pass_rate"`: prompts are
             drawn with weights from a running per-prompt pass-rate estimate (`curation_pass_rate_target`).
         curation_id_column (`str`, *optional*):
             Dataset column with a unique id per prompt (e.g. `"idx"`). Defaults to the row index, added by the trainer.
@@ -200,6 +210,26 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             )
         if self.curation_self_greedy_max_tokens is not None and self.curation_self_greedy_max_tokens < 1:
             raise ValueError("curation_self_greedy_max_tokens must be at least 1 (or None for max_completion_length).")
+        if self.curation == "self" and self.loss_type not in (
+            SELF_SEQUENCE_AVERAGED_LOSS_TYPES + SELF_TOKEN_NORMALISED_LOSS_TYPES
+        ):
+            raise ValueError(
+                f"curation='self' cannot give loss_type={self.loss_type!r} the loss of GRPO on the kept prompts: its "
+                "normaliser is the token count of each micro-batch, which has no kept-prompts-only counterpart. Use "
+                f"one of {list(SELF_TOKEN_NORMALISED_LOSS_TYPES + SELF_SEQUENCE_AVERAGED_LOSS_TYPES)} (dapo, TRL's "
+                "default, normalises by the kept tokens of the generation batch)."
+            )
+        if (
+            self.curation == "self"
+            and self.loss_type in SELF_SEQUENCE_AVERAGED_LOSS_TYPES
+            and self.steps_per_generation % self.gradient_accumulation_steps != 0
+        ):
+            raise ValueError(
+                f"curation='self' with loss_type={self.loss_type!r} weighs each kept sequence of an optimizer step by "
+                "1/(kept sequences of that step), which needs every step inside one generation batch: "
+                f"steps_per_generation={self.steps_per_generation} must be a multiple of gradient_accumulation_steps="
+                f"{self.gradient_accumulation_steps}. Change one of them, or use loss_type='dapo'."
+            )
         if self.curation != "none" and self.remove_unused_columns:
             raise ValueError(
                 "curation needs the prompt-id column to reach the trainer: set remove_unused_columns=False (TRL's "
