@@ -339,6 +339,17 @@ def test_self_refuses_loss_types_without_a_kept_only_normaliser(tmp_path):
     RLVRGRPOConfig(**config(tmp_path, curation="self", gradient_accumulation_steps=2, steps_per_generation=3))  # dapo
 
 
+def test_self_default_is_the_papers_filter(tiny_model_path, tmp_path):
+    """By default SELF draws every batch uniformly and lets it shrink: prompts found solved are drawn again."""
+    trainer = make_trainer(tmp_path, tiny_model_path, curation="self", per_device_train_batch_size=4)
+    assert trainer.args.curation_self_recheck_steps == 0
+    state = trainer._curation_state
+    state.update_greedy(list(range(8)), [True] * 8, step=0)  # every prompt solved just now
+    sampler = trainer._get_train_sampler()
+    drawn = [sampler.draw_chunk() for _ in range(4)]
+    assert sorted(i for chunk in drawn for i in chunk) == list(range(8))  # one uniform pass, nothing skipped
+
+
 # ---------------------------------------------------------------------------------------------- equivalences
 def run(trainer_cls, args_cls, tmp_path, model_path, reward, dataset, **overrides):
     trainer = trainer_cls(

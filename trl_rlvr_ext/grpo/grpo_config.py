@@ -46,10 +46,11 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             Which prompts GRPO trains on. `"none"`: stock TRL sampling. `"self"`: every generation step decodes each
             prompt of the batch greedily with the current policy; only prompts whose greedy answer is wrong enter the
             loss (GRPO's loss on those prompts alone); an optimizer step with none left in its window makes no update
-            (parameters and optimizer state unchanged; `global_step` and the LR schedule still advance); the sampler
-            skips prompts known to be solved until `curation_self_recheck_steps` have passed. Works with `loss_type`
-            dapo, cispo, vespo (kept-token normaliser) and grpo, sapo, dr_grpo, luspo (each kept sequence of an
-            optimizer window weighs 1/K; needs `steps_per_generation` to be a multiple of
+            (parameters and optimizer state unchanged; `global_step` and the LR schedule still advance). By default
+            every batch is drawn uniformly and shrinks to its kept prompts (the paper's rule);
+            `curation_self_recheck_steps` > 0 makes the sampler skip prompts known to be solved and refill the batch.
+            Works with `loss_type` dapo, cispo, vespo (kept-token normaliser) and grpo, sapo, dr_grpo, luspo (each
+            kept sequence of an optimizer window weighs 1/K; needs `steps_per_generation` to be a multiple of
             `gradient_accumulation_steps`); `bnpo` is refused. `"pass_rate"`: prompts are
             drawn with weights from a running per-prompt pass-rate estimate (`curation_pass_rate_target`).
         curation_id_column (`str`, *optional*):
@@ -59,9 +60,11 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             several reward functions; shaped totals are never used for curation.
         curation_correct_threshold (`float`, *optional*, defaults to `1.0`):
             A completion is correct when `curation_reward_func` returns at least this (the paper's "reward = 1").
-        curation_self_recheck_steps (`int`, *optional*, defaults to `100`):
-            `"self"`: optimizer steps during which a prompt found solved is not drawn again; then it is re-checked (a
-            solved problem can be forgotten). 0 disables the memory (the paper's filter: check whatever is drawn).
+        curation_self_recheck_steps (`int`, *optional*, defaults to `0`):
+            `"self"`: 0 (default) is the paper's rule: every drawn batch is checked and shrinks to the prompts the
+            policy gets wrong; nothing is remembered. N > 0 is this package's extension: a prompt found solved is not
+            drawn again for N optimizer steps, and the batch is refilled with other prompts; then it is re-checked (a
+            solved problem can be forgotten).
         curation_self_prepass (`bool`, *optional*, defaults to `False`):
             `"self"`: decode the whole training set greedily before the first step, so the first batches already skip
             solved prompts.
@@ -133,8 +136,11 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         default=1.0, metadata={"help": "Reward of `curation_reward_func` that counts as correct (paper: 1)."}
     )
     curation_self_recheck_steps: int = field(
-        default=100,
-        metadata={"help": "'self': steps a greedily solved prompt is left out before it is re-checked (0: never)."},
+        default=0,
+        metadata={
+            "help": "'self': 0 (default) is the paper's rule: filter each uniformly drawn batch and let it shrink. "
+            "N > 0 (an extension): leave a greedily solved prompt out of the draws for N steps, then re-check it."
+        },
     )
     curation_self_prepass: bool = field(
         default=False, metadata={"help": "'self': decode the whole training set greedily before the first step."}
