@@ -231,7 +231,10 @@ class StateRecorder(TrainerCallback):
         )
 
 
-def test_empty_optimizer_window_inside_a_generation_batch_is_not_stepped(tiny_model_path, tmp_path, monkeypatch):
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])  # token-normalised, and rescaled per window
+def test_empty_optimizer_window_inside_a_generation_batch_is_not_stepped(
+    tiny_model_path, tmp_path, monkeypatch, loss_type
+):
     """steps_per_generation = 2 x gradient_accumulation_steps: each generation batch feeds two optimizer steps. At
     the second generation (global step 2) the first prompt is solved greedily; unshuffled, its rows make up the whole
     window of step 3, while step 4 trains on the other prompt. Step 3 must leave the parameters AND the optimizer state
@@ -243,6 +246,7 @@ def test_empty_optimizer_window_inside_a_generation_batch_is_not_stepped(tiny_mo
         tmp_path,
         tiny_model_path,
         curation="self",
+        loss_type=loss_type,
         per_device_train_batch_size=2,
         steps_per_generation=2,
         weight_decay=0.1,
