@@ -341,6 +341,17 @@ def test_self_refuses_loss_types_without_a_kept_only_normaliser(tmp_path):
             )
         )
     RLVRGRPOConfig(**config(tmp_path, curation="self", gradient_accumulation_steps=2, steps_per_generation=3))  # dapo
+    # the window factor multiplies TRL's whole micro-batch loss: no other term may ride along
+    with pytest.raises(ValueError, match="entropy bonus"):
+        RLVRGRPOConfig(**config(tmp_path, curation="self", loss_type="grpo", entropy_coef=0.01))
+    RLVRGRPOConfig(**config(tmp_path, curation="self", entropy_coef=0.01))  # dapo: no factor
+
+
+def test_self_sequence_averaged_loss_refuses_a_router_aux_loss(tiny_model_path, tmp_path):
+    trainer = make_trainer(tmp_path, tiny_model_path, curation="self", loss_type="grpo")
+    trainer.aux_loss_enabled = True  # what GRPOTrainer sets for a MoE model with router_aux_loss_coef != 0
+    with pytest.raises(ValueError, match="router auxiliary loss"):
+        trainer._curation_check_loss_terms()
 
 
 def test_self_default_is_the_papers_filter(tiny_model_path, tmp_path):

@@ -189,6 +189,7 @@ class CurationMixin:
         self._curation_sequence_averaged = self._curation_mode == "self" and self.loss_type in (
             SELF_SEQUENCE_AVERAGED_LOSS_TYPES
         )
+        self._curation_check_loss_terms()
         self.add_callback(_CurationCallback(self))
         if self.is_deepspeed_enabled and self._curation_mode == "self":
             logger.warning(
@@ -196,6 +197,16 @@ class CurationMixin:
                 "whose window kept no prompt cannot be skipped: it runs with zero gradients, and momentum and weight "
                 "decay still move the parameters. Without DeepSpeed such a step leaves parameters and optimizer state "
                 "untouched."
+            )
+
+    def _curation_check_loss_terms(self):
+        """The window rescaling of the sequence-averaged losses multiplies TRL's whole micro-batch loss, so it must
+        hold only the policy term (the config refuses the entropy bonus; the router aux loss depends on the model)."""
+        if self._curation_sequence_averaged and self.aux_loss_enabled:
+            raise ValueError(
+                f"curation='self' with loss_type={self.loss_type!r} rescales each micro-batch's loss so that every kept "
+                "sequence weighs 1/K; that factor would rescale the router auxiliary loss of this MoE model too. Set "
+                "router_aux_loss_coef=0.0, or use loss_type='dapo'."
             )
 
     def _curation_row(self, example: dict) -> int:

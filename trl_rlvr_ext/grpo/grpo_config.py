@@ -236,6 +236,16 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
                 f"steps_per_generation={self.steps_per_generation} must be a multiple of gradient_accumulation_steps="
                 f"{self.gradient_accumulation_steps}. Change one of them, or use loss_type='dapo'."
             )
+        if (
+            self.curation == "self"
+            and self.loss_type in SELF_SEQUENCE_AVERAGED_LOSS_TYPES
+            and (self.entropy_coef != 0.0 or self.use_adaptive_entropy)
+        ):
+            raise ValueError(
+                f"curation='self' with loss_type={self.loss_type!r} rescales each micro-batch's loss so that every kept "
+                "sequence weighs 1/K; that factor would rescale TRL's entropy bonus too. Set entropy_coef=0.0 and "
+                "use_adaptive_entropy=False, or use loss_type='dapo'."
+            )
         if self.curation != "none" and self.remove_unused_columns:
             raise ValueError(
                 "curation needs the prompt-id column to reach the trainer: set remove_unused_columns=False (TRL's "
