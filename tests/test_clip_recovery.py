@@ -143,3 +143,39 @@ def test_bad_arguments_raise_clear_errors(kwargs, message):
     args = {"epsilon_low": EPS_LOW, "epsilon_high": EPS_HIGH, **kwargs}
     with pytest.raises(ValueError, match=message):
         clip_recovery_objective(torch.ones(1, 1), torch.ones(1, 1), **args)
+
+
+@pytest.mark.parametrize("mode", ["nsr", "nsr_expected"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_extreme_ratios_give_finite_gradients_equal_to_ppo_on_unclipped_tokens(mode, dtype):
+    """log r = ±50, ±100 with A > 0 and A < 0, differentiated w.r.t. log r as TRL does (r = exp(log r)).
+
+    Each side's expected weight must be evaluated only where it applies: r²/(2(1−ε_l)²) at log r = 50 is inf in
+    float32, and a torch.where over it backpropagated 0·inf = NaN into an unclipped token (A < 0, r ≫ 1). float32
+    log r = +100 is left out: exp overflows to inf there and stock PPO's own gradient is then not finite either.
+    """
+    log_r = [-100.0, -50.0, 50.0, 100.0] if dtype == torch.float64 else [-100.0, -50.0, 50.0]
+    cases = [(lr, a) for lr in log_r for a in (1.0, -1.0)]
+    log_ratio = torch.tensor([[c[0] for c in cases]], dtype=dtype, requires_grad=True)
+    adv = torch.tensor([[c[1] for c in cases]], dtype=dtype)
+    ratio = torch.exp(log_ratio)
+    assert torch.isfinite(ratio).all()
+    g = torch.Generator().manual_seed(0)
+    objective, masks = clip_recovery_objective(ratio, adv, EPS_LOW, EPS_HIGH, mode=mode, generator=g)
+    objective.sum().backward()
+    grad = log_ratio.grad.clone()
+    assert torch.isfinite(objective).all() and torch.isfinite(grad).all()
+
+    log_ratio.grad = None
+    ratio = torch.exp(log_ratio)
+    ppo = torch.min(ratio * adv, torch.clamp(ratio, 1 - EPS_LOW, 1 + EPS_HIGH) * adv)
+    ppo.sum().backward()
+    unclipped = ~(masks["clipped_low"] | masks["clipped_high"])
+    assert unclipped.any() and (~unclipped).any()
+    assert torch.equal(grad[unclipped], log_ratio.grad[unclipped])
+    assert torch.equal(objective.detach()[unclipped], ppo.detach()[unclipped])
+    if mode == "nsr_expected":
+        # a clipped token's gradient w.r.t. log r is w·A·r: (1+ε_h)²/(2r)·A upper, r³/(2(1−ε_l)²)·A lower
+        r = torch.exp(log_ratio.detach())
+        expected = torch.where(r > 1, (1 + EPS_HIGH) ** 2 / (2 * r), r**3 / (2 * (1 - EPS_LOW) ** 2)) * adv
+        torch.testing.assert_close(grad[~unclipped], expected[~unclipped])

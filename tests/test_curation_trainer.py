@@ -67,7 +67,7 @@ def independent_advantages(rewards, keep, num_generations, scale):
 
 @pytest.mark.parametrize(
     "loss_type, scale",
-    [("dapo", "batch"), ("dapo", "group"), ("grpo", "batch"), ("bnpo", "group"), ("dr_grpo", "batch")],
+    [("dapo", "batch"), ("dapo", "group"), ("grpo", "batch"), ("sapo", "group"), ("dr_grpo", "batch")],
 )
 def test_self_loss_equals_grpo_loss_on_the_kept_prompts(tiny_model_path, tmp_path, loss_type, scale):
     recorded = []
@@ -99,6 +99,7 @@ def test_self_loss_equals_grpo_loss_on_the_kept_prompts(tiny_model_path, tmp_pat
     kept_batch["advantages"] = advantages
     kept_batch["num_items_in_batch"] = out["completion_mask"][keep].sum()
     expected = GRPOTrainer._compute_loss(trainer, trainer.model, kept_batch)
+    trainer._curation_count_window_rows([out])  # what _prepare_inputs does for the sequence-averaged losses
     got = trainer.compute_loss(trainer.model, out)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
     assert got.abs() > 0
@@ -214,6 +215,154 @@ def test_step_without_kept_prompts_leaves_parameters_untouched(tiny_model_path, 
     # the optimizer never counted the skipped step
     state = trainer.optimizer.state[next(trainer.model.parameters())]
     assert int(state["step"]) == 2
+
+
+class StateRecorder(TrainerCallback):
+    """Parameters and every optimizer-state tensor at the end of each optimizer step."""
+
+    def __init__(self, trainer):
+        self.trainer, self.params, self.states = trainer, [], []
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        self.params.append([p.detach().clone() for p in model.parameters()])
+        optimizer_state = self.trainer.optimizer.state_dict()["state"]
+        self.states.append(
+            {(i, k): torch.as_tensor(v).clone() for i, st in optimizer_state.items() for k, v in st.items()}
+        )
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "grpo"])  # token-normalised, and rescaled per window
+def test_empty_optimizer_window_inside_a_generation_batch_is_not_stepped(
+    tiny_model_path, tmp_path, monkeypatch, loss_type
+):
+    """steps_per_generation = 2 x gradient_accumulation_steps: each generation batch feeds two optimizer steps. At
+    the second generation (global step 2) the first prompt is solved greedily; unshuffled, its rows make up the whole
+    window of step 3, while step 4 trains on the other prompt. Step 3 must leave the parameters AND the optimizer state
+    (AdamW moments, step count) bit-identical, although momentum from steps 1-2 and weight decay would move them."""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    monkeypatch.setattr(grpo_module, "shuffle_sequence_dict", lambda batch: batch)
+    trainer = make_trainer(
+        tmp_path,
+        tiny_model_path,
+        curation="self",
+        loss_type=loss_type,
+        per_device_train_batch_size=2,
+        steps_per_generation=2,
+        weight_decay=0.1,
+        max_steps=4,
+    )
+    solved_first = []
+
+    def grade(examples, completion_ids):
+        solved = [i == 0 and trainer.state.global_step == 2 for i in range(len(examples))]
+        solved_first.append(solved)
+        return solved
+
+    trainer._curation_grade = grade
+    recorder = StateRecorder(trainer)
+    trainer.add_callback(recorder)
+    trainer.train()
+    assert [len(s) for s in solved_first] == [2, 2] and solved_first[1] == [True, False]
+    step1, step2, step3, step4 = recorder.params
+    assert any(not torch.equal(a, b) for a, b in zip(step1, step2))
+    assert all(torch.equal(a, b) for a, b in zip(step2, step3))  # the empty window: parameters untouched
+    assert any(not torch.equal(a, b) for a, b in zip(step3, step4))
+    state2, state3, state4 = recorder.states[1:]
+    assert state2.keys() == state3.keys() and all(torch.equal(state2[k], state3[k]) for k in state2)
+    assert any(not torch.equal(state3[k], state4[k]) for k in state3)
+    assert {int(v) for (_, name), v in state4.items() if name == "step"} == {3}  # AdamW never counted step 3
+    logs = {log["step"]: log for log in trainer.state.log_history if "loss" in log}
+    assert [logs[s]["curation/step_skipped"] for s in (1, 2, 3, 4)] == [0.0, 0.0, 1.0, 0.0]
+    assert trainer.state.global_step == 4  # the skipped step still counts as a step (and advances the LR schedule)
+
+
+@pytest.mark.parametrize(
+    "loss_type, extra",
+    [("grpo", {}), ("sapo", {}), ("dr_grpo", {}), ("luspo", {"importance_sampling_level": "sequence"})],
+)
+def test_self_sequence_averaged_losses_weigh_each_kept_sequence_one_over_k(
+    tiny_model_path, tmp_path, monkeypatch, loss_type, extra
+):
+    """Two micro-batches of one optimizer window keep 2 and 4 rows. Their losses, as the trainer computes them, must
+    add up to GRPO's loss on the 6 kept rows as one batch (TRL's formula, computed independently on that batch), and
+    so must their gradients: each kept sequence weighs 1/6, not 1/(2·2) in one micro-batch and 1/(2·4) in the other.
+    (At ratio 1 the loss is about 0, since advantages sum to 0 per group: the gradients carry the test.)"""
+    import trl.trainer.grpo_trainer as grpo_module
+
+    monkeypatch.setattr(grpo_module, "shuffle_sequence_dict", lambda batch: batch)
+    trainer = make_trainer(
+        tmp_path,
+        tiny_model_path,
+        curation="self",
+        loss_type=loss_type,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        **extra,
+    )
+    scripted_greedy(trainer, lambda step: {1})
+    trainer.model.double()  # float64: the two computations batch rows differently, and float32 noise would dominate
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 2
+    inputs = [dict(trainer.train_dataset[r]) for r in (0, 0, 1, 1, 2, 2, 3, 3)]
+    trainer._step, trainer._buffered_inputs = 0, None
+    micro = [trainer._prepare_inputs(inputs)]
+    trainer._step = 1
+    micro.append(trainer._prepare_inputs(inputs))
+    assert [m["curation_keep"].tolist() for m in micro] == [[True, True, False, False], [True] * 4]
+    losses = [trainer.compute_loss(trainer.model, m) for m in micro]
+
+    full = {k: torch.cat([m[k] for m in micro]) for k in ("prompt_ids", "prompt_mask", "completion_ids")}
+    full["completion_mask"] = torch.cat([m["completion_mask"] for m in micro])
+    full["advantages"] = torch.cat([m["advantages"] for m in micro])
+    keep = torch.cat([m["curation_keep"] for m in micro])
+    kept_batch = {k: v[keep] for k, v in full.items()}
+    kept_batch["num_items_in_batch"] = kept_batch["completion_mask"].sum()
+    trainer.current_gradient_accumulation_steps = 1  # one batch of the 6 kept rows
+    expected = GRPOTrainer._compute_loss(trainer, trainer.model, kept_batch)
+    torch.testing.assert_close(losses[0] + losses[1], expected, rtol=1e-5, atol=1e-7)  # about 0: see above
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    got = torch.autograd.grad(losses[0] + losses[1], params)
+    want = torch.autograd.grad(expected, params)
+    scale = max(g.abs().max() for g in want)
+    assert scale > 1e-3
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6 * scale)
+
+
+def test_self_refuses_loss_types_without_a_kept_only_normaliser(tmp_path):
+    with pytest.raises(ValueError, match=r"loss_type='bnpo'.*Use one of \['dapo', 'cispo', 'vespo', 'grpo'"):
+        RLVRGRPOConfig(**config(tmp_path, curation="self", loss_type="bnpo"))
+    RLVRGRPOConfig(**config(tmp_path, curation="pass_rate", loss_type="bnpo"))  # only SELF masks rows
+    with pytest.raises(ValueError, match="must be a multiple of gradient_accumulation_steps"):
+        RLVRGRPOConfig(
+            **config(
+                tmp_path, curation="self", loss_type="grpo", gradient_accumulation_steps=2, steps_per_generation=3
+            )
+        )
+    RLVRGRPOConfig(**config(tmp_path, curation="self", gradient_accumulation_steps=2, steps_per_generation=3))  # dapo
+    # the window factor multiplies TRL's whole micro-batch loss: no other term may ride along
+    with pytest.raises(ValueError, match="entropy bonus"):
+        RLVRGRPOConfig(**config(tmp_path, curation="self", loss_type="grpo", entropy_coef=0.01))
+    RLVRGRPOConfig(**config(tmp_path, curation="self", entropy_coef=0.01))  # dapo: no factor
+
+
+def test_self_sequence_averaged_loss_refuses_a_router_aux_loss(tiny_model_path, tmp_path):
+    trainer = make_trainer(tmp_path, tiny_model_path, curation="self", loss_type="grpo")
+    trainer.aux_loss_enabled = True  # what GRPOTrainer sets for a MoE model with router_aux_loss_coef != 0
+    with pytest.raises(ValueError, match="router auxiliary loss"):
+        trainer._curation_check_loss_terms()
+
+
+def test_self_default_is_the_papers_filter(tiny_model_path, tmp_path):
+    """By default SELF draws every batch uniformly and lets it shrink: prompts found solved are drawn again."""
+    trainer = make_trainer(tmp_path, tiny_model_path, curation="self", per_device_train_batch_size=4)
+    assert trainer.args.curation_self_recheck_steps == 0
+    state = trainer._curation_state
+    state.update_greedy(list(range(8)), [True] * 8, step=0)  # every prompt solved just now
+    sampler = trainer._get_train_sampler()
+    drawn = [sampler.draw_chunk() for _ in range(4)]
+    assert sorted(i for chunk in drawn for i in chunk) == list(range(8))  # one uniform pass, nothing skipped
 
 
 # ---------------------------------------------------------------------------------------------- equivalences
@@ -414,7 +563,7 @@ def test_configuration_errors_are_clear(tiny_model_path, tmp_path):
         RLVRGRPOConfig(**config(tmp_path, curation="greedy"))
 
 
-@pytest.mark.parametrize("loss_type", ["dapo", "bnpo"])
+@pytest.mark.parametrize("loss_type", ["dapo", "cispo"])
 def test_padding_rows_carry_no_loss(tiny_model_path, tmp_path, loss_type):
     # multi-process runs pad each rank's kept rows to a common count; for token-normalised losses that changes nothing
     from trl_rlvr_ext.grpo.curation_mixin import select_rows

@@ -234,6 +234,52 @@ def test_behavior_columns_set_the_weights(tiny_model_path, tmp_path):
     assert metrics["is/clipped_frac"][-1] == pytest.approx(3 / 8)  # pairs 3, 4 and 6 are above log 1.5
 
 
+def test_authors_behavior_columns_are_used_when_named_and_never_silently_ignored(tiny_model_path, tmp_path):
+    """Data prepared for the IS-DAA authors' code carries π_D as `chosen_logps` / `rejected_logps`. Unset
+    `behavior_logps_columns` refuses such data (it used to train with π_D = π_ref without a word); naming the columns
+    reads π_D from them (weights by hand, as above); "none" explicitly trains with π_D = π_ref (every weight 1)."""
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    dataset = _dataset(8)
+    scored = score_behavior_logps(dataset, model, tokenizer, max_length=32, show_progress=False)
+    offsets = torch.tensor([0.3, -0.2, 0.1, -1.0, 0.0, 0.25, -0.5, 2.0])
+    chosen = (torch.tensor(scored[BEHAVIOR_COLUMNS[0]]) + offsets).tolist()
+    rejected = torch.tensor(scored[BEHAVIOR_COLUMNS[1]]).tolist()
+    authors = dataset.add_column("chosen_logps", chosen).add_column("rejected_logps", rejected)
+
+    def build(train, **overrides):
+        args = ISDPOConfig(**_kwargs(tmp_path, per_device_train_batch_size=8), is_weight_max=1.5, **overrides)
+        return ISDPOTrainer(tiny_model_path, args=args, train_dataset=train)
+
+    def step0_loss(trainer):
+        batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+        return trainer.compute_loss(trainer.model, batch), batch
+
+    with pytest.raises(ValueError, match=r"'chosen_logps', 'rejected_logps'.*behavior_logps_columns"):
+        build(authors)
+    loss, batch = step0_loss(build(authors, behavior_logps_columns=["chosen_logps", "rejected_logps"]))
+    torch.testing.assert_close(batch[BEHAVIOR_COLUMNS[0]].sort().values, torch.tensor(chosen).sort().values)
+    weights = torch.exp(torch.clamp(-offsets, max=math.log(1.5)))
+    torch.testing.assert_close(loss, math.log(2) * weights.mean(), rtol=1e-4, atol=1e-5)
+    loss, batch = step0_loss(build(authors, behavior_logps_columns="none"))
+    assert not set(BEHAVIOR_COLUMNS) & set(batch)
+    torch.testing.assert_close(loss, torch.tensor(math.log(2)), rtol=1e-4, atol=1e-5)
+
+    # the standard columns beside the authors': still a question to answer, not a silent choice
+    both = _with_behavior(authors, chosen, rejected)
+    with pytest.raises(ValueError, match="which are used"):
+        build(both)
+    with pytest.raises(ValueError, match="two sources"):
+        build(both, behavior_logps_columns=["chosen_logps", "rejected_logps"])
+    build(both, behavior_logps_columns=list(BEHAVIOR_COLUMNS))
+    with pytest.raises(ValueError, match=r"names the column\(s\) \['chosen_logps', 'rejected_logps'\]"):
+        build(dataset, behavior_logps_columns=["chosen_logps", "rejected_logps"])
+    with pytest.raises(ValueError, match="must name two different dataset columns"):
+        ISDPOConfig(**_kwargs(tmp_path), behavior_logps_columns=["chosen_logps"])
+    # importance sampling off: stock TRL, the option is not consulted
+    build(authors, importance_sampling=False)
+
+
 # ---------------------------------------------------------------- behaviour scorer == TRL's reference log-probs
 @pytest.mark.parametrize("conversational, max_length", [(False, 8), (True, None)], ids=["standard_truncated", "chat"])
 def test_scorer_reproduces_trl_precomputed_reference_logps(tiny_model_path, tmp_path, conversational, max_length):

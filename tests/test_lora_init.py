@@ -171,6 +171,27 @@ def test_gram_is_more_accurate_than_float32_svd_at_the_bottom():
     assert err_gram < err_full
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_decomposition_working_dtype(dtype):
+    """float64 in, float64 out (and float64-accurate); every other dtype is decomposed in float32."""
+    W = spectrum_matrix(80, 50, 0.9 ** torch.arange(50, dtype=torch.float64)).double().to(dtype)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    _, S_ref, Vh_ref = exact_svd(W.double())
+    g = torch.Generator().manual_seed(0)
+    for solver in ["randomized", "full"]:
+        U, S, Vh = top_singular_triplets(W, 4, solver=solver, oversampling=8, generator=g)
+        assert U.dtype == S.dtype == Vh.dtype == work
+        if dtype == torch.float64:
+            assert principal_angle_error(Vh, Vh_ref[:4]) < 1e-10
+            torch.testing.assert_close(S, S_ref[:4], atol=1e-12, rtol=0)
+    for solver in ["gram", "full"]:
+        U, S, Vh = bottom_singular_triplets(W, 4, solver=solver)
+        assert U.dtype == S.dtype == Vh.dtype == work
+        if dtype == torch.float64:
+            assert principal_angle_error(Vh, Vh_ref[-4:]) < 1e-10
+            torch.testing.assert_close(S, S_ref[-4:], atol=1e-12, rtol=0)
+
+
 def test_randomized_is_seeded_and_leaves_global_rng_alone():
     W = spectrum_matrix(200, 120, 0.97 ** torch.arange(120, dtype=torch.float64))
     state = torch.get_rng_state()
@@ -376,6 +397,52 @@ def test_bf16_base(tiny, ids):
     pissa = get_peft_model_with_init(copy.deepcopy(model16), lora_config(), "pissa", show_progress=False)
     assert all(layer.get_base_layer().weight.dtype == torch.bfloat16 for layer in lora_layers(pissa).values())
     torch.testing.assert_close(pissa(ids).logits.float(), expected, atol=2e-2, rtol=2e-2)
+
+
+# dtype -> (tolerance on the logits at init, dtype the decomposition runs in, dtype PEFT gives the adapter)
+DTYPE_PATHS = {
+    torch.float64: (1e-10, torch.float64, torch.float64),
+    torch.float32: (1e-5, torch.float32, torch.float32),
+    torch.float16: (1e-2, torch.float32, torch.float32),
+    torch.bfloat16: (2e-2, torch.float32, torch.float32),
+}
+
+
+@pytest.mark.parametrize("method", OURS)
+@pytest.mark.parametrize("dtype", list(DTYPE_PATHS), ids=str)
+def test_each_base_dtype_path(tiny, ids, method, dtype, monkeypatch):
+    """float64 is decomposed in float64; float32, float16 and bfloat16 in float32 (half precision upcast, then cast
+    back). The output is unchanged at init within the dtype's tolerance, and every written weight keeps its dtype."""
+    tolerance, work_dtype, adapter_dtype = DTYPE_PATHS[dtype]
+    model = copy.deepcopy(tiny).to(dtype)
+    expected = model(ids).logits
+    before = original_weights(model)
+    seen = []
+    real_lora_factors = lora_api.lora_factors
+    monkeypatch.setattr(
+        lora_api, "lora_factors", lambda m, w, *a, **k: seen.append(w.dtype) or real_lora_factors(m, w, *a, **k)
+    )
+    peft_model = get_peft_model_with_init(copy.deepcopy(model), lora_config(), method, show_progress=False)
+    assert seen and set(seen) == {work_dtype}
+    assert peft_model(ids).logits.dtype == dtype
+    torch.testing.assert_close(peft_model(ids).logits, expected, atol=tolerance, rtol=tolerance)
+    for name, layer in lora_layers(peft_model).items():
+        base = layer.get_base_layer().weight
+        assert base.dtype == dtype
+        A, B = layer.lora_A["default"].weight, layer.lora_B["default"].weight
+        assert A.dtype == B.dtype == adapter_dtype
+        if not RESIDUAL[method]:
+            assert torch.equal(base, base_weight_of(before, name))
+            # orthonormal rows to the working precision: 1e-12 proves the float64 path decomposed in float64
+            torch.testing.assert_close(
+                A @ A.T, torch.eye(4, dtype=A.dtype), atol=1e-12 if dtype == torch.float64 else 1e-5, rtol=0
+            )
+        elif dtype == torch.float64:
+            # γ·B₀A₀ is the top-r (PiSSA) or bottom-r (MiLoRA) part of W, computed in float64
+            U, S, Vh = exact_svd(base_weight_of(before, name))
+            keep = slice(0, 4) if PRINCIPAL[method] else slice(-4, None)
+            part = (U[:, keep] * S[keep]) @ Vh[keep]
+            torch.testing.assert_close(layer.scaling["default"] * (B @ A), part, atol=1e-10, rtol=0)
 
 
 @pytest.mark.parametrize("method", ["rlpo", "pissa"])

@@ -15,6 +15,8 @@ from ..lora_init.config import LoraInitArguments
 # once sorted. TRL refuses its own per-pair (WPO) weights with them for the same reason.
 IS_INCOMPATIBLE_LOSS_TYPES = ("aot", "aot_unpaired")
 IS_WEIGHT_MAX_DEFAULT = math.exp(0.5)  # the authors' default: min(log w, 2·eps), eps = 0.25
+# `behavior_logps_columns` value that makes the reference policy the behaviour policy, whatever columns the data has.
+BEHAVIOR_COLUMNS_REFERENCE = "none"
 
 
 @dataclass
@@ -31,6 +33,12 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
             sums. The behaviour policy π_D is read from the dataset columns `behavior_chosen_logps` /
             `behavior_rejected_logps` when present (both or neither), and is the reference policy otherwise (the
             paper's setting: pairs sampled from the SFT model). No extra forward pass. `False` gives stock DPO.
+        behavior_logps_columns (`list[str]`, *optional*):
+            Where π_D comes from. Unset: the columns `behavior_chosen_logps` / `behavior_rejected_logps` when present,
+            else the reference policy; a dataset that carries the IS-DAA authors' behaviour columns `chosen_logps` /
+            `rejected_logps` is then an error, since they would be silently ignored. Two column names (chosen,
+            rejected), e.g. `["chosen_logps", "rejected_logps"]` for data prepared for the authors' code: read π_D
+            from these columns (they must exist). `"none"`: π_D = π_ref, any behaviour columns are ignored.
         is_weight_max (`float`, *optional*, defaults to `e^0.5 ≈ 1.6487`):
             Upper clip C of the weight, in ratio units (there is no lower clip). The authors' code clips log w at
             2·eps with eps = 0.25 by default (C = e^0.5); their released script uses eps = 1.0 (C = e^2 ≈ 7.389).
@@ -63,6 +71,16 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
             "reference policy. False gives stock DPO."
         },
     )
+    behavior_logps_columns: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Where the behaviour policy π_D comes from. Unset: the columns behavior_chosen_logps / "
+            "behavior_rejected_logps when present, else the reference policy (data carrying the IS-DAA authors' "
+            "columns chosen_logps / rejected_logps is then an error, not silently ignored). Two column names "
+            "(chosen, rejected), e.g. `chosen_logps rejected_logps` for data prepared for the authors' code: read "
+            "π_D from them. `none`: π_D is the reference policy and any behaviour columns are ignored.",
+        },
+    )
     is_weight_max: float = field(
         default=IS_WEIGHT_MAX_DEFAULT,
         metadata={
@@ -87,6 +105,7 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
                 "(every weight is 1 at the start of training, so C < 1 only rescales the loss). The paper's values "
                 "are e^0.5 ≈ 1.6487 (default) and e^2 ≈ 7.389; use inf for no clip."
             )
+        self._check_behavior_logps_columns()
         if not self.importance_sampling:
             return
         sorted_losses = [loss_type for loss_type in self.loss_type if loss_type in IS_INCOMPATIBLE_LOSS_TYPES]
@@ -102,3 +121,27 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
                 "TRL's policy and reference log-probs length-desensitised (LD-DPO). Set ld_alpha=None, or "
                 "importance_sampling=False."
             )
+
+    def _check_behavior_logps_columns(self):
+        columns = self.behavior_logps_columns
+        if columns is None:
+            return
+        if isinstance(columns, str):  # a YAML scalar or a keyword argument given as one string
+            columns = [columns]
+        columns = list(columns)
+        if columns == [BEHAVIOR_COLUMNS_REFERENCE]:
+            self.behavior_logps_columns = columns
+            return
+        if len(columns) != 2 or not all(isinstance(c, str) and c for c in columns) or columns[0] == columns[1]:
+            raise ValueError(
+                f"behavior_logps_columns={self.behavior_logps_columns!r} must name two different dataset columns, "
+                "the chosen and the rejected behaviour log-probs (e.g. ['chosen_logps', 'rejected_logps'] for data "
+                f"prepared for the IS-DAA authors' code), or be {BEHAVIOR_COLUMNS_REFERENCE!r} to use the reference "
+                "policy as the behaviour policy."
+            )
+        self.behavior_logps_columns = columns
+
+    @property
+    def behavior_policy_is_reference(self) -> bool:
+        """True when `behavior_logps_columns="none"`: π_D = π_ref, whatever columns the data carries."""
+        return self.behavior_logps_columns == [BEHAVIOR_COLUMNS_REFERENCE]

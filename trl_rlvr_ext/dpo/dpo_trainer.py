@@ -31,10 +31,16 @@ from .behavior import (
     BEHAVIOR_CHOSEN_COLUMN,
     BEHAVIOR_COLUMNS,
     BEHAVIOR_REJECTED_COLUMN,
+    _column_names,
     check_behavior_values,
     validate_behavior_columns,
 )
-from .dpo_config import ISDPOConfig
+from .dpo_config import BEHAVIOR_COLUMNS_REFERENCE, ISDPOConfig
+
+
+# The behaviour log-prob columns of data prepared for the IS-DAA authors' code (mail-research/AIS-Sampling4DAAs): their
+# trainer reads π_D from these when present. Here they are read only when `behavior_logps_columns` names them.
+AUTHORS_BEHAVIOR_COLUMNS = ("chosen_logps", "rejected_logps")
 
 
 class BehaviorLogpsCollator:
@@ -109,8 +115,47 @@ class ISDPOTrainer(DPOTrainer):
             )
 
     # ---------------------------------------------------------------- data: keep and check the behaviour columns
+    def _select_behavior_columns(self, dataset, args, dataset_name):
+        """Apply `behavior_logps_columns`: the chosen columns end up under the standard names, or none remain."""
+        names = set(_column_names(dataset))
+        choice = args.behavior_logps_columns
+        if choice is None:
+            foreign = [column for column in AUTHORS_BEHAVIOR_COLUMNS if column in names]
+            if foreign:
+                used = "are used" if set(BEHAVIOR_COLUMNS) <= names else "are absent, so π_D would be the reference"
+                raise ValueError(
+                    f"The {dataset_name!r} dataset has the column(s) {foreign}, which data prepared for the IS-DAA "
+                    "authors' code uses for the behaviour policy's log-probs; this trainer reads π_D from "
+                    f"{list(BEHAVIOR_COLUMNS)} (which {used}), so they would be silently ignored. Say which: "
+                    f"behavior_logps_columns={list(AUTHORS_BEHAVIOR_COLUMNS)} to read π_D from them, "
+                    f"behavior_logps_columns={list(BEHAVIOR_COLUMNS)} to use the standard columns, or "
+                    f"behavior_logps_columns={BEHAVIOR_COLUMNS_REFERENCE!r} for π_D = π_ref."
+                )
+            return dataset
+        if args.behavior_policy_is_reference:
+            present = [column for column in BEHAVIOR_COLUMNS if column in names]
+            return dataset.remove_columns(present) if present else dataset
+        chosen, rejected = choice
+        missing = [column for column in choice if column not in names]
+        if missing:
+            raise ValueError(
+                f"behavior_logps_columns={choice} names the column(s) {missing}, which the {dataset_name!r} dataset "
+                f"does not have (its columns: {sorted(names)}). Name the two columns that hold the behaviour policy's "
+                f"chosen and rejected sequence log-probs, or unset it."
+            )
+        if (chosen, rejected) == BEHAVIOR_COLUMNS:
+            return dataset
+        clash = [column for column in BEHAVIOR_COLUMNS if column in names]
+        if clash:
+            raise ValueError(
+                f"behavior_logps_columns={choice}, but the {dataset_name!r} dataset also has {clash}: two sources "
+                f"for π_D. Remove {clash}, or set behavior_logps_columns={list(BEHAVIOR_COLUMNS)}."
+            )
+        return dataset.rename_columns({chosen: BEHAVIOR_CHOSEN_COLUMN, rejected: BEHAVIOR_REJECTED_COLUMN})
+
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         if getattr(args, "importance_sampling", False):
+            dataset = self._select_behavior_columns(dataset, args, dataset_name)
             dataset, present = validate_behavior_columns(dataset, f"{dataset_name!r}")
             reference = self._behavior_columns.get("train", present) if dataset_name != "train" else present
             if present != reference:

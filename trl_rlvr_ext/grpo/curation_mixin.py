@@ -12,10 +12,15 @@ statistics and their serialisation are trainer-free code in `trl_rlvr_ext.curati
 - `_calculate_rewards`: rewards arrive gathered across ranks here, so the per-prompt statistics are updated from the
   same data on every rank; dropped prompts get NaN rewards, which TRL's advantage code already excludes from group and
   batch statistics, so the kept prompts' advantages are those of GRPO on the kept prompts alone.
+- `_prepare_inputs`: once TRL has split a generation batch into micro-batches, count the kept rows of every
+  optimizer window (all processes), for the sequence-averaged losses.
 - `compute_loss`: the loss of a micro-batch is TRL's loss on its kept rows, with ``num_items_in_batch`` counting kept
-  tokens only (the normaliser of GRPO on the kept prompts alone).
-- `training_step` + an internal callback: an optimizer step none of whose micro-batches kept a prompt leaves every
-  gradient ``None``, so the optimizer does not touch the parameters (no momentum, no weight decay).
+  tokens only (dapo, cispo, vespo), or rescaled so that every kept sequence of the window weighs 1/K (grpo, sapo,
+  dr_grpo, luspo): the normalisers of GRPO on the kept prompts alone.
+- an internal callback: an optimizer window none of whose micro-batches kept a row (on any process) has every
+  gradient set to ``None`` before the step, so the optimizer leaves the parameters and its own state untouched (no
+  momentum, no weight decay, no step count). The trainer's ``global_step`` and the LR scheduler still advance.
+  `compute_loss` records, per micro-batch, whether the window kept a row.
 - `_save_checkpoint` / `_load_optimizer_and_scheduler`: ``curation_state.json`` holds the statistics and the sampler's
   RNG and position; a resumed run continues the same index stream.
 """
@@ -35,12 +40,15 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from ..curation.samplers import CurationSampler
 from ..curation.state import CurationState
 from ..evaluation.generation import call_reward_func, decode_completions, is_conversational_prompt
+from .grpo_config import SELF_SEQUENCE_AVERAGED_LOSS_TYPES
 
 
 logger = logging.getLogger(__name__)
 
 CURATION_STATE_NAME = "curation_state.json"
 ROW_COLUMN = "curation_row"  # added to the training set when no `curation_id_column` is given
+KEEP_KEY = "curation_keep"  # per-row keep mask of a micro-batch (SELF)
+WINDOW_ROWS_KEY = "curation_window_rows"  # kept rows of the micro-batch's optimizer window, all processes (SELF)
 
 
 class _CurationCallback(TrainerCallback):
@@ -97,6 +105,7 @@ class CurationMixin:
     """Online curation for `GRPOTrainer` subclasses, configured by the ``curation*`` fields of `RLVRGRPOConfig`."""
 
     _curation_mode = "none"  # until __init__ has read the config: stock behaviour
+    _curation_sequence_averaged = False  # SELF with grpo / sapo / dr_grpo / luspo: window-level normaliser
     _curation_batch = None
     _curation_fuse = None  # the SELF greedy rows to add to the next sampling `generate` call
     _curation_fused = None  # ... and their completions, once decoded
@@ -176,13 +185,28 @@ class CurationMixin:
         self._curation_sampler = None
         self._curation_pending_sampler_state = None
         self._curation_batch = None  # the current generation batch's rows / keep mask, while it is being scored
-        self._curation_gen_has_kept = True
-        self._curation_window_kept = False
+        self._curation_window_kept = False  # whether a micro-batch of the current optimizer window kept a row
+        self._curation_sequence_averaged = self._curation_mode == "self" and self.loss_type in (
+            SELF_SEQUENCE_AVERAGED_LOSS_TYPES
+        )
+        self._curation_check_loss_terms()
         self.add_callback(_CurationCallback(self))
         if self.is_deepspeed_enabled and self._curation_mode == "self":
             logger.warning(
-                "curation='self' under DeepSpeed: DeepSpeed steps its optimizer inside backward, so a step with no "
-                "kept prompt runs with zero gradients instead of being skipped (momentum and weight decay still act)."
+                "curation='self' under DeepSpeed: DeepSpeed steps its optimizer inside backward, so an optimizer step "
+                "whose window kept no prompt cannot be skipped: it runs with zero gradients, and momentum and weight "
+                "decay still move the parameters. Without DeepSpeed such a step leaves parameters and optimizer state "
+                "untouched."
+            )
+
+    def _curation_check_loss_terms(self):
+        """The window rescaling of the sequence-averaged losses multiplies TRL's whole micro-batch loss, so it must
+        hold only the policy term (the config refuses the entropy bonus; the router aux loss depends on the model)."""
+        if self._curation_sequence_averaged and self.aux_loss_enabled:
+            raise ValueError(
+                f"curation='self' with loss_type={self.loss_type!r} rescales each micro-batch's loss so that every kept "
+                "sequence weighs 1/K; that factor would rescale the router auxiliary loss of this MoE model too. Set "
+                "router_aux_loss_coef=0.0, or use loss_type='dapo'."
             )
 
     def _curation_row(self, example: dict) -> int:
@@ -399,15 +423,34 @@ class CurationMixin:
         local_keep = torch.as_tensor(
             keep[rank * len(inputs) : (rank + 1) * len(inputs)], device=self.accelerator.device
         )
-        output["curation_keep"] = local_keep
+        output[KEEP_KEY] = local_keep
         mask = output["completion_mask"]
         if "tool_mask" in output:
             mask = mask * output["tool_mask"]
         kept_tokens = (mask * local_keep.unsqueeze(1)).sum()
         # GRPO's token normaliser (dapo / cispo / vespo) over the kept completions of the whole generation batch
         output["num_items_in_batch"] = self.accelerator.gather(kept_tokens).sum()
-        self._curation_gen_has_kept = bool(keep.any())
         return output
+
+    def _prepare_inputs(self, generation_batch):
+        buffered = getattr(self, "_buffered_inputs", None)
+        inputs = super()._prepare_inputs(generation_batch)
+        new_batches = getattr(self, "_buffered_inputs", None)
+        if self._curation_sequence_averaged and self.model.training and new_batches is not buffered:
+            self._curation_count_window_rows(new_batches)
+        return inputs
+
+    def _curation_count_window_rows(self, micro_batches: list[dict]) -> None:
+        """Give each micro-batch of a new generation batch the number of kept rows in its optimizer window, summed
+        over processes. Micro-batch m is used at micro-step m (mod steps_per_generation), and windows are runs of
+        gradient_accumulation_steps micro-steps that start with the generation batch (the config requires
+        steps_per_generation to be a multiple of gradient_accumulation_steps)."""
+        counts = torch.tensor([int(batch[KEEP_KEY].sum()) for batch in micro_batches], device=self.accelerator.device)
+        counts = self.accelerator.gather(counts).view(-1, len(micro_batches)).sum(0).tolist()
+        window = self.args.gradient_accumulation_steps
+        for m, batch in enumerate(micro_batches):
+            start = m - m % window
+            batch[WINDOW_ROWS_KEY] = int(sum(counts[start : start + window]))
 
     def _curation_fused_greedy(self) -> dict[int, bool]:
         """Grade the greedy rows decoded inside the sampling call, and gather them (the first rank's answer wins for
@@ -448,10 +491,11 @@ class CurationMixin:
 
     # ------------------------------------------------------------------ loss and optimizer step
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self._curation_mode == "none" or "curation_keep" not in inputs:
+        if self._curation_mode == "none" or KEEP_KEY not in inputs:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        keep = inputs["curation_keep"]
-        inputs = {k: v for k, v in inputs.items() if k != "curation_keep"}
+        keep = inputs[KEEP_KEY]
+        window_rows = inputs.get(WINDOW_ROWS_KEY)
+        inputs = {k: v for k, v in inputs.items() if k not in (KEEP_KEY, WINDOW_ROWS_KEY)}
         index = keep.nonzero(as_tuple=True)[0]
         num_kept = index.numel()
         # TRL's loss gathers per-sequence metrics across ranks, which needs equal row counts: pad every rank's kept
@@ -459,6 +503,10 @@ class CurationMixin:
         target = num_kept
         if self.accelerator.num_processes > 1:
             target = int(self.accelerator.gather(torch.tensor([num_kept], device=keep.device)).max())
+        # Per micro-batch, not per generation batch: with steps_per_generation > gradient_accumulation_steps a
+        # generation batch that kept rows can still leave a whole optimizer window empty. `target` is gathered, so
+        # every process reaches the same decision in _curation_before_optimizer_step.
+        self._curation_window_kept = self._curation_window_kept or target > 0
         if target == 0:
             # No rank kept a row: still run forward and backward on one loss-free row (DDP all-reduces gradients
             # from every rank), and discard its metrics.
@@ -472,23 +520,41 @@ class CurationMixin:
                 else:
                     del metrics[key][lengths[key] :]
             return loss
+        scale = self._curation_sequence_scale(target, window_rows)
         if num_kept == keep.numel() and target == num_kept:
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        batch = select_rows(inputs, index, num_padding=target - num_kept)
-        return super().compute_loss(model, batch, return_outputs, num_items_in_batch)
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        else:
+            batch = select_rows(inputs, index, num_padding=target - num_kept)
+            loss = super().compute_loss(model, batch, return_outputs, num_items_in_batch)
+        return loss if scale == 1.0 else loss * scale
 
-    def training_step(self, model, inputs, num_items_in_batch):
-        output = super().training_step(model, inputs, num_items_in_batch)
-        if self._curation_mode == "self":
-            self._curation_window_kept = self._curation_window_kept or self._curation_gen_has_kept
-        return output
+    def _curation_sequence_scale(self, rows: int, window_rows: int | None) -> float:
+        """Factor that turns TRL's sequence-averaged micro-batch loss into the kept-prompts-only loss.
+
+        For grpo, sapo, dr_grpo and luspo TRL divides the micro-batch's sum of per-sequence terms by its row count
+        ``rows`` (kept rows padded to the common count, see compute_loss) and by the accumulation steps GA; DDP then
+        averages over the P processes. Multiplying by rows·GA·P/K, with K the kept rows of the whole optimizer window
+        on all processes, makes every kept sequence weigh 1/K, as GRPO on the kept prompts alone. When nothing is
+        dropped, K = rows·GA·P and the factor is exactly 1 (stock TRL, to the bit).
+        """
+        if not self._curation_sequence_averaged or not self.model.training:
+            return 1.0
+        if window_rows is None:
+            raise RuntimeError(
+                "curation='self' with a sequence-averaged loss needs the kept-row count of the optimizer window, set "
+                "when TRL splits a generation batch (_prepare_inputs); this micro-batch did not come from there."
+            )
+        numerator = rows * self.current_gradient_accumulation_steps * self.accelerator.num_processes
+        return 1.0 if numerator == window_rows else numerator / window_rows
 
     def _curation_before_optimizer_step(self):
         if self._curation_mode != "self":
             return
         skipped = not self._curation_window_kept
         if skipped:
-            # Every gradient None: torch optimizers leave such parameters alone (no momentum, no weight decay).
+            # Every gradient None: torch optimizers leave such parameters and their state alone (no momentum, no
+            # weight decay, no step count). The trainer still advances global_step and the LR scheduler: the step
+            # counts windows of data, so max_steps, logging and checkpoints keep their meaning.
             self.optimizer.zero_grad(set_to_none=True)
             for param in self.model.parameters():
                 param.grad = None

@@ -19,6 +19,12 @@ CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 # The config's choices are "none" (stock TRL) plus the modes the lower layers implement: one definition each.
 CLIP_RECOVERY_MODES = ("none", *CLIP_RECOVERY_FUNCTION_MODES)
 CURATION_MODES = ("none", *CURATION_SAMPLER_MODES)
+# Loss types that average each sequence's loss (or sum) over a row count, per micro-batch. With curation="self" the
+# trainer rescales them so that every kept sequence of an optimizer window weighs 1/K (K: kept sequences in the window,
+# all processes), which needs each window inside one generation batch.
+SELF_SEQUENCE_AVERAGED_LOSS_TYPES = ("grpo", "sapo", "dr_grpo", "luspo")
+# Token-normalised losses whose normaliser is TRL's `num_items_in_batch`, which SELF sets to the kept tokens.
+SELF_TOKEN_NORMALISED_LOSS_TYPES = ("dapo", "cispo", "vespo")
 
 
 @dataclass
@@ -42,8 +48,13 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         curation (`str`, *optional*, defaults to `"none"`):
             Which prompts GRPO trains on. `"none"`: stock TRL sampling. `"self"`: every generation step decodes each
             prompt of the batch greedily with the current policy; only prompts whose greedy answer is wrong enter the
-            loss (GRPO's loss on those prompts alone); a step with none left makes no update; the sampler skips
-            prompts known to be solved until `curation_self_recheck_steps` have passed. `"pass_rate"`: prompts are
+            loss (GRPO's loss on those prompts alone); an optimizer step with none left in its window makes no update
+            (parameters and optimizer state unchanged; `global_step` and the LR schedule still advance). By default
+            every batch is drawn uniformly and shrinks to its kept prompts (the paper's rule);
+            `curation_self_recheck_steps` > 0 makes the sampler skip prompts known to be solved and refill the batch.
+            Works with `loss_type` dapo, cispo, vespo (kept-token normaliser) and grpo, sapo, dr_grpo, luspo (each
+            kept sequence of an optimizer window weighs 1/K; needs `steps_per_generation` to be a multiple of
+            `gradient_accumulation_steps`); `bnpo` is refused. `"pass_rate"`: prompts are
             drawn with weights from a running per-prompt pass-rate estimate (`curation_pass_rate_target`).
         curation_id_column (`str`, *optional*):
             Dataset column with a unique id per prompt (e.g. `"idx"`). Defaults to the row index, added by the trainer.
@@ -52,9 +63,11 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             several reward functions; shaped totals are never used for curation.
         curation_correct_threshold (`float`, *optional*, defaults to `1.0`):
             A completion is correct when `curation_reward_func` returns at least this (the paper's "reward = 1").
-        curation_self_recheck_steps (`int`, *optional*, defaults to `100`):
-            `"self"`: optimizer steps during which a prompt found solved is not drawn again; then it is re-checked (a
-            solved problem can be forgotten). 0 disables the memory (the paper's filter: check whatever is drawn).
+        curation_self_recheck_steps (`int`, *optional*, defaults to `0`):
+            `"self"`: 0 (default) is the paper's rule: every drawn batch is checked and shrinks to the prompts the
+            policy gets wrong; nothing is remembered. N > 0 is this package's extension: a prompt found solved is not
+            drawn again for N optimizer steps, and the batch is refilled with other prompts; then it is re-checked (a
+            solved problem can be forgotten).
         curation_self_prepass (`bool`, *optional*, defaults to `False`):
             `"self"`: decode the whole training set greedily before the first step, so the first batches already skip
             solved prompts.
@@ -126,8 +139,11 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         default=1.0, metadata={"help": "Reward of `curation_reward_func` that counts as correct (paper: 1)."}
     )
     curation_self_recheck_steps: int = field(
-        default=100,
-        metadata={"help": "'self': steps a greedily solved prompt is left out before it is re-checked (0: never)."},
+        default=0,
+        metadata={
+            "help": "'self': 0 (default) is the paper's rule: filter each uniformly drawn batch and let it shrink. "
+            "N > 0 (an extension): leave a greedily solved prompt out of the draws for N steps, then re-check it."
+        },
     )
     curation_self_prepass: bool = field(
         default=False, metadata={"help": "'self': decode the whole training set greedily before the first step."}
@@ -203,6 +219,36 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             )
         if self.curation_self_greedy_max_tokens is not None and self.curation_self_greedy_max_tokens < 1:
             raise ValueError("curation_self_greedy_max_tokens must be at least 1 (or None for max_completion_length).")
+        if self.curation == "self" and self.loss_type not in (
+            SELF_SEQUENCE_AVERAGED_LOSS_TYPES + SELF_TOKEN_NORMALISED_LOSS_TYPES
+        ):
+            raise ValueError(
+                f"curation='self' cannot give loss_type={self.loss_type!r} the loss of GRPO on the kept prompts: its "
+                "normaliser is the token count of each micro-batch, which has no kept-prompts-only counterpart. Use "
+                f"one of {list(SELF_TOKEN_NORMALISED_LOSS_TYPES + SELF_SEQUENCE_AVERAGED_LOSS_TYPES)} (dapo, TRL's "
+                "default, normalises by the kept tokens of the generation batch)."
+            )
+        if (
+            self.curation == "self"
+            and self.loss_type in SELF_SEQUENCE_AVERAGED_LOSS_TYPES
+            and self.steps_per_generation % self.gradient_accumulation_steps != 0
+        ):
+            raise ValueError(
+                f"curation='self' with loss_type={self.loss_type!r} weighs each kept sequence of an optimizer step by "
+                "1/(kept sequences of that step), which needs every step inside one generation batch: "
+                f"steps_per_generation={self.steps_per_generation} must be a multiple of gradient_accumulation_steps="
+                f"{self.gradient_accumulation_steps}. Change one of them, or use loss_type='dapo'."
+            )
+        if (
+            self.curation == "self"
+            and self.loss_type in SELF_SEQUENCE_AVERAGED_LOSS_TYPES
+            and (self.entropy_coef != 0.0 or self.use_adaptive_entropy)
+        ):
+            raise ValueError(
+                f"curation='self' with loss_type={self.loss_type!r} rescales each micro-batch's loss so that every kept "
+                "sequence weighs 1/K; that factor would rescale TRL's entropy bonus too. Set entropy_coef=0.0 and "
+                "use_adaptive_entropy=False, or use loss_type='dapo'."
+            )
         if self.curation != "none" and self.remove_unused_columns:
             raise ValueError(
                 "curation needs the prompt-id column to reach the trainer: set remove_unused_columns=False (TRL's "

@@ -79,8 +79,9 @@ def init_lora(peft_model: PeftModel, method: str, adapter_name: str = "default",
             for the randomized solver, ``seed`` (0), ``requantize`` (False: pissa/milora refuse a bitsandbytes base
             unless True, because re-quantising the residual changes the model), ``show_progress`` (True).
 
-    The factors are computed in float32 (float64 for the Gram solver) from the dequantised weight and cast to the
-    adapter dtype; PiSSA/MiLoRA then set the base weight to W − γ·B₀A₀ computed from the *cast* factors. A seeded
+    The factors are computed in float64 for a float64 base weight and in float32 otherwise (float16/bfloat16 and
+    dequantised weights are upcast; the Gram solver always forms its Gram matrix in float64) and cast to the adapter
+    dtype; PiSSA/MiLoRA then set the base weight to W − γ·B₀A₀ computed from the *cast* factors. A seeded
     CPU generator drives the randomized solver, so every rank computes the same factors.
     """
     name = check_method(method)

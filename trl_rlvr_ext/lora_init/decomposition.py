@@ -1,4 +1,4 @@
-"""Singular subspaces of one weight matrix, in float32 whatever the model dtype (pure tensor functions).
+"""Singular subspaces of one weight matrix, in float64 for a float64 weight, else in float32 (pure tensor functions).
 
 Two kinds of subspace are needed by the LoRA initialisers (https://huggingface.co/papers/2606.31813):
 
@@ -13,8 +13,10 @@ Two kinds of subspace are needed by the LoRA initialisers (https://huggingface.c
   a spectrum (measured in ``bench/lora_init.py``).
 
 Every function takes ``weight`` as (d_out, d_in) and returns ``(U, S, Vh)`` with ``U`` (d_out, r), ``S`` (r,) in
-decreasing order and ``Vh`` (r, d_in), all float32 on the weight's device, so ``W ≈ U diag(S) Vh`` restricted to the
-chosen subspace. Randomness comes from an explicit ``torch.Generator`` on the CPU, so a seed gives the same result on
+decreasing order and ``Vh`` (r, d_in), on the weight's device, so ``W ≈ U diag(S) Vh`` restricted to the chosen
+subspace. The working dtype (``working_dtype``) is float64 for a float64 weight and float32 for every other dtype:
+float16 and bfloat16 weights are upcast (no half-precision SVD exists, pytorch#98308, and their rounding would swamp
+the decomposition anyway); the results come back in the working dtype and the caller casts them to the adapter's. Randomness comes from an explicit ``torch.Generator`` on the CPU, so a seed gives the same result on
 every rank and every device, and the global RNG (which drives generation sampling) is never consumed.
 """
 
@@ -26,11 +28,17 @@ import torch
 SVD_SOLVERS = ("randomized", "full", "gram")
 
 
-def _as_float32_matrix(weight: torch.Tensor) -> torch.Tensor:
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a weight of ``dtype`` is decomposed in: float64 stays float64, everything else uses float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _as_working_matrix(weight: torch.Tensor) -> torch.Tensor:
     if weight.dim() != 2:
         raise ValueError(f"Expected a 2-D weight matrix (d_out, d_in), got shape {tuple(weight.shape)}.")
-    # No bf16/fp16 SVD exists on CPU or CUDA (pytorch#98308): always decompose in float32.
-    return weight.detach().to(torch.float32)
+    # No bf16/fp16 SVD exists on CPU or CUDA (pytorch#98308): those are decomposed in float32. A float64 weight is
+    # decomposed in float64, so that its factors are as exact as the model that holds them.
+    return weight.detach().to(working_dtype(weight.dtype))
 
 
 def _check_rank(weight: torch.Tensor, r: int) -> None:
@@ -42,8 +50,8 @@ def _check_rank(weight: torch.Tensor, r: int) -> None:
 
 
 def full_svd(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Thin SVD in float32 (``torch.linalg.svd(full_matrices=False)``, what PEFT's ``pissa`` uses)."""
-    return torch.linalg.svd(_as_float32_matrix(weight), full_matrices=False)
+    """Thin SVD in the working dtype (``torch.linalg.svd(full_matrices=False)``, what PEFT's ``pissa`` uses)."""
+    return torch.linalg.svd(_as_working_matrix(weight), full_matrices=False)
 
 
 def top_singular_triplets(
@@ -66,7 +74,7 @@ def top_singular_triplets(
     the top-r subspace itself is ill-defined and only the captured energy is meaningful. When ``r + oversampling``
     reaches min(d_out, d_in) the sketch would span everything, so the full SVD is used instead.
     """
-    w = _as_float32_matrix(weight)
+    w = _as_working_matrix(weight)
     _check_rank(w, r)
     if solver == "full":
         U, S, Vh = full_svd(w)
@@ -80,7 +88,7 @@ def top_singular_triplets(
         U, S, Vh = full_svd(w)
         return U[:, :r], S[:r], Vh[:r]
     # The sketch is drawn on the CPU from the explicit generator, then moved: identical on every rank and device.
-    omega = torch.randn(w.shape[1], k, generator=generator, dtype=torch.float32).to(w.device)
+    omega = torch.randn(w.shape[1], k, generator=generator, dtype=w.dtype).to(w.device)
     q = torch.linalg.qr(w @ omega).Q  # (d_out, k): basis of the sampled range
     for _ in range(niter):
         q = torch.linalg.qr(w.T @ q).Q  # (d_in, k)
@@ -140,11 +148,11 @@ def bottom_singular_triplets(
 
     ``solver="gram"`` (default): the smallest eigenpairs, in float64, of the smaller Gram matrix (WᵀW when
     d_in ≤ d_out, else WWᵀ; see ``smallest_eigenpairs``); the other side's vectors are W·v/σ (resp. Wᵀ·u/σ), computed
-    in float64 too. ``solver="full"``: a float32 full SVD. Both are exact methods; ``gram`` is both faster on CPU and,
+    in float64 too. ``solver="full"``: a full SVD in the working dtype. Both are exact methods; ``gram`` is both faster on CPU and,
     at the bottom of the spectrum, more accurate (see the module docstring). Returned in decreasing order of singular
     value, like the thin SVD's last r entries.
     """
-    w = _as_float32_matrix(weight)
+    w = _as_working_matrix(weight)
     _check_rank(w, r)
     if solver == "full":
         U, S, Vh = full_svd(w)
@@ -172,7 +180,7 @@ def bottom_singular_triplets(
         q, rr = torch.linalg.qr(V)
         signs = torch.sign(torch.diagonal(rr))
         V = q * torch.where(signs == 0, torch.ones_like(signs), signs)
-    return U.to(torch.float32), S.to(torch.float32), V.T.to(torch.float32).contiguous()
+    return U.to(w.dtype), S.to(w.dtype), V.T.to(w.dtype).contiguous()
 
 
 def principal_angle_error(basis: torch.Tensor, reference: torch.Tensor) -> float:

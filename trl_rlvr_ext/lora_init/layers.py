@@ -11,8 +11,10 @@ from peft.utils.integrations import dequantize_bnb_weight, get_bnb_param_type
 from peft.utils.other import transpose
 from torch import nn
 
+from .decomposition import working_dtype
 
-FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+FLOAT_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
 
 def _is_conv1d(module: nn.Module) -> bool:
@@ -86,12 +88,13 @@ def check_readable(name: str, layer: LoraLayer) -> None:
     if not quantization_of(layer) and base.weight.dtype not in FLOAT_DTYPES:
         raise TypeError(
             f"Cannot read the base weight of {name!r}: dtype {base.weight.dtype} ({type(base.weight).__name__}); "
-            "supported are float32/float16/bfloat16 and bitsandbytes 4-bit/8-bit weights."
+            "supported are float64/float32/float16/bfloat16 and bitsandbytes 4-bit/8-bit weights."
         )
 
 
 def read_base_weight(layer: LoraLayer, name: str = "") -> torch.Tensor:
-    """The base weight as a float32 (d_out, d_in) matrix (dequantised if bitsandbytes). Call inside the gather ctx."""
+    """The base weight as a (d_out, d_in) matrix in its working dtype (``decomposition.working_dtype``: float64 for a
+    float64 weight, float32 otherwise), dequantised if bitsandbytes. Call inside the gather ctx."""
     check_readable(name, layer)
     base = layer.get_base_layer()
     if quantization_of(layer):
@@ -100,11 +103,11 @@ def read_base_weight(layer: LoraLayer, name: str = "") -> torch.Tensor:
         weight = dequantize_bnb_weight(base.weight, state=getattr(base, "state", None))
     else:
         weight = base.weight
-    return transpose(weight.detach().to(torch.float32), layer.fan_in_fan_out)
+    return transpose(weight.detach().to(working_dtype(weight.dtype)), layer.fan_in_fan_out)
 
 
 def write_base_weight(layer: LoraLayer, weight: torch.Tensor) -> None:
-    """Store a float32 (d_out, d_in) matrix as the base weight, re-quantising a bitsandbytes weight in its format."""
+    """Store a (d_out, d_in) matrix as the base weight in the base's dtype, re-quantising a bitsandbytes weight."""
     base = layer.get_base_layer()
     orig = base.weight
     weight = transpose(weight, layer.fan_in_fan_out).contiguous()

@@ -9,7 +9,8 @@ For a frozen weight W (d_out × d_in) with thin SVD W = U diag(S) Vᴴ, LoRA com
   base W − γ·B₀A₀ (so γ·B₀A₀ is exactly the top-r part of W and the output is unchanged).
 * MiLoRA (https://huggingface.co/papers/2406.09044): the same with the bottom-r triplets.
 
-Each function returns float32 factors; the layer code casts them to the adapter dtype and computes the residual base
+Each function returns factors in the decomposition's working dtype (float64 for a float64 weight, float32 otherwise;
+see ``decomposition.working_dtype``); the layer code casts them to the adapter dtype and computes the residual base
 weight from the *cast* factors, so that residual + γ·B₀A₀ reproduces W as closely as the dtypes allow.
 """
 
@@ -23,8 +24,8 @@ from .options import METHODS
 
 @dataclass
 class LoraFactors:
-    lora_A: torch.Tensor  # (r, d_in), float32
-    lora_B: torch.Tensor  # (d_out, r), float32
+    lora_A: torch.Tensor  # (r, d_in), in the working dtype (float64 for a float64 weight, else float32)
+    lora_B: torch.Tensor  # (d_out, r), same dtype
     rewrites_base: bool  # True: the base weight must become W − γ·B₀A₀
 
 
@@ -77,7 +78,7 @@ def lora_factors(
     niter: int = 12,
     generator: torch.Generator | None = None,
 ) -> LoraFactors:
-    """Initial (A₀, B₀) of ``method`` (rlpo, rlmo, pissa, milora) for one weight (d_out, d_in), in float32."""
+    """Initial (A₀, B₀) of ``method`` (rlpo, rlmo, pissa, milora) for one weight (d_out, d_in), in its working dtype."""
     if method not in METHODS:
         raise ValueError(f"Unknown method {method!r}. Use one of {list(METHODS)}.")
     spec = METHODS[method]

@@ -94,11 +94,14 @@ def clip_recovery_objective(
         weight = u
     else:
         rescued_high, rescued_low = clipped_high, clipped_low
-        weight = torch.where(
-            clipped_high,
-            nsr_expected_weight(r, epsilon_low, epsilon_high, "high"),
-            nsr_expected_weight(r, epsilon_low, epsilon_high, "low"),
-        )
+        # Each side's weight is evaluated only where it applies: its ratio is replaced by 1 elsewhere before the
+        # formula (the double-where trick), and tokens on neither side get weight 0. Evaluating r²/(2(1−ε_l)²) on
+        # every token overflows to inf for r ≳ e^44 in float32, and the outer torch.where below then backpropagates
+        # 0·inf = NaN into tokens PPO leaves unclipped. On its own side each weight is at most 1/2.
+        ones = torch.ones_like(r)
+        weight_high = nsr_expected_weight(torch.where(clipped_high, r, ones), epsilon_low, epsilon_high, "high")
+        weight_low = nsr_expected_weight(torch.where(clipped_low, r, ones), epsilon_low, epsilon_high, "low")
+        weight = torch.where(clipped_high, weight_high, torch.where(clipped_low, weight_low, torch.zeros_like(r)))
 
     # A rescued element's surrogate is sg(w)·r·A: its gradient is w·A·∇r, where PPO's clip gives none.
     objective = torch.where(rescued_low | rescued_high, weight * ratio * advantages, objective)
