@@ -69,20 +69,3 @@ def with_prompt_column(dataset, prompt_column: str = "prompt", template: str | N
         return {"prompt": [{"role": "user", "content": text}] if chat else text}
 
     return dataset.map(build, desc="Building prompts")
-
-
-def add_problem_arguments(parser) -> None:
-    """The problem-set options shared by ``trl-rlvr-ext eval`` and ``trl-rlvr-ext curate``."""
-    parser.add_argument(
-        "--dataset",
-        required=True,
-        help="'toy:arithmetic', a save_to_disk folder, a json/jsonl/parquet/csv file, or a hub name.",
-    )
-    parser.add_argument("--dataset_config", default=None, help="Hub dataset configuration.")
-    parser.add_argument("--prompt_column", default="prompt", help="Column with the problem text (default: prompt).")
-    parser.add_argument(
-        "--prompt_template",
-        default=None,
-        help="Build prompts from a str.format template over the columns, e.g. '{problem} Put the answer in \\boxed{{}}.'",
-    )
-    parser.add_argument("--chat", action="store_true", help="Send each prompt as one user message (chat template).")

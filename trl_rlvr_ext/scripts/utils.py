@@ -2,6 +2,7 @@
 input checks that fail early with a clear message instead of a traceback from deep inside TRL."""
 
 import os
+import re
 from collections.abc import Sequence
 
 from datasets import Dataset, DatasetDict, IterableDataset, load_dataset, load_from_disk
@@ -38,6 +39,63 @@ def resolve_model_name_or_path(name_or_path: str | None) -> str:
             save_tiny_model(path)
         return str(path)
     raise ValueError(f"Unknown toy model {name_or_path!r}. Use one of {sorted(TOY_MODELS)}.")
+
+
+# "name" or "org/name": what a hub model id looks like (a path with more parts, or starting with . / ~, cannot be one)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_MODEL_FILES = ("config.json", "adapter_config.json")
+
+
+def check_model_name_or_path(name_or_path: str) -> None:
+    """Fail at once, naming ``name_or_path``, when it is not a usable model: an unknown ``toy:`` name, a missing local
+    path, a directory without a saved model, or (offline) a hub id that is not in the local cache.
+
+    Cheap (no model is loaded): the command-line tools call it for every model before generating anything.
+    """
+    if not name_or_path:
+        raise ValueError("No model given: pass a hub id, a local directory, or 'toy:base'.")
+    if name_or_path.startswith(TOY_PREFIX):
+        if name_or_path not in TOY_MODELS:
+            raise ValueError(f"Unknown toy model {name_or_path!r}. Use one of {sorted(TOY_MODELS)}.")
+        return
+    path = os.path.expanduser(name_or_path)
+    if os.path.isdir(path):
+        if not any(os.path.isfile(os.path.join(path, name)) for name in _MODEL_FILES):
+            raise ValueError(
+                f"Model {name_or_path!r} is a directory without a saved model (no config.json or adapter_config.json). "
+                "Point to the folder that `save_pretrained` / `trainer.save_model` wrote: a run's output_dir or one of "
+                "its checkpoint-N folders."
+            )
+        return
+    if os.path.exists(path):
+        raise ValueError(f"Model {name_or_path!r} is a file; give the directory that holds config.json.")
+    if not _HUB_ID.match(name_or_path):
+        raise FileNotFoundError(
+            f"Model {name_or_path!r}: no such directory (relative to {os.getcwd()}), and it is not a hub id "
+            "('name' or 'org/name'). Check the path."
+        )
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str):
+        return
+    if constants.HF_HUB_OFFLINE:
+        raise FileNotFoundError(
+            f"Model {name_or_path!r}: no such directory (relative to {os.getcwd()}), and as a hub id it is not in the "
+            "local cache while HF_HUB_OFFLINE=1. If it is a path, check it; if it is a hub model, download it first "
+            "(`hf download <id>`) or unset HF_HUB_OFFLINE."
+        )
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(name_or_path)
+    except GatedRepoError:  # exists; loading it needs a token, which `from_pretrained` reports itself
+        return
+    except RepositoryNotFoundError:
+        raise FileNotFoundError(
+            f"Model {name_or_path!r}: no such directory (relative to {os.getcwd()}), and no such model on the hub "
+            "(or it is private: log in with `hf auth login`)."
+        ) from None
 
 
 def load_named_dataset(name: str, config: str | None = None, streaming: bool = False):
@@ -137,13 +195,3 @@ def train_and_save(trainer, script_args, training_args):
         trainer.accelerator.print(f"Model pushed to the Hub: https://huggingface.co/{trainer.hub_model_id}.")
     trainer.end()  # finishes the trackers and destroys the process group (transformers >= 5.18)
     return trainer
-
-
-def run_cli(make_parser, main, argv, prog: str) -> int:
-    """Parse a recipe (unknown keys are an error: a misspelt option must not be silently ignored) and run it."""
-    parser = make_parser(prog=prog)
-    script_args, training_args, model_args, dataset_args = parser.parse_args_and_config(
-        args=argv, fail_with_unknown_args=True
-    )
-    main(script_args, training_args, model_args, dataset_args)
-    return 0
