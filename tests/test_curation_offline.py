@@ -8,8 +8,9 @@ import torch
 from datasets import Dataset, load_from_disk
 
 from trl_rlvr_ext.curation import offline
-from trl_rlvr_ext.curation.offline import cli_main, filter_scored, score_dataset, score_rows
+from trl_rlvr_ext.curation.offline import filter_scored, score_dataset, score_rows
 from trl_rlvr_ext.evaluation.generation import TransformersBackend, render_prompt_ids
+from trl_rlvr_ext.scripts.curate import cli_main
 
 
 def parity_reward(completions, idx, **kwargs):

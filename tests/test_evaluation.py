@@ -9,9 +9,9 @@ import torch
 from datasets import Dataset
 
 from trl_rlvr_ext.evaluation import PassAtKCallback, evaluate_pass_at_k, pass_at_k
-from trl_rlvr_ext.evaluation.cli import cli_main
 from trl_rlvr_ext.evaluation.evaluator import count_correct
 from trl_rlvr_ext.evaluation.generation import TransformersBackend, grade, make_backend, render_prompt_ids
+from trl_rlvr_ext.scripts.eval import cli_main
 
 
 def even_length_reward(completions, **kwargs):
@@ -144,7 +144,7 @@ def test_vllm_asked_for_but_missing_is_a_clear_error(tiny):
         pytest.skip("vLLM is installed here")
     except ImportError:
         pass
-    with pytest.raises(ImportError, match=r"trl-rlvr-ext\[vllm\]"):
+    with pytest.raises(ImportError, match=r"pip install vllm"):
         make_backend("some/model", None, use_vllm=True)
 
 

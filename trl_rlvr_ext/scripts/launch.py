@@ -139,12 +139,28 @@ def _accelerate_says_cpu() -> bool:
     return os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
 
 
+def _recipe_keys(argv: Sequence[str]) -> set:
+    config_path = _config_path(argv)
+    if config_path is None:
+        return set()
+    import yaml
+
+    with open(config_path) as f:
+        config = yaml.safe_load(f)
+    return set(config) if isinstance(config, dict) else set()
+
+
 def cpu_defaults(argv: Sequence[str]) -> list[str]:
-    """Under ``accelerate launch`` with a CPU config (``ACCELERATE_USE_CPU``), train on CPU: add ``--use_cpu true``
-    unless the command line sets it. Without it TRL's default bf16=True fails on a machine without a bf16 GPU."""
+    """Under ``accelerate launch`` with a CPU config (``ACCELERATE_USE_CPU``), train on CPU in fp32: add
+    ``--use_cpu true`` and ``--bf16 false`` unless the recipe or the command line sets them. Without them TRL's default
+    bf16=True fails on a machine without a bf16 GPU, and the accelerate config's mixed_precision "no" is contradicted."""
     argv = list(argv)
-    if _accelerate_says_cpu() and not _has_option(argv, "--use_cpu"):
-        argv += ["--use_cpu", "true"]
+    if not _accelerate_says_cpu():
+        return argv
+    recipe_keys = _recipe_keys(argv)
+    for key, value in (("use_cpu", "true"), ("bf16", "false")):
+        if key not in recipe_keys and not _has_option(argv, f"--{key}"):
+            argv += [f"--{key}", value]
     return argv
 
 
