@@ -127,6 +127,55 @@ def test_score_behavior_cli(tiny_model_path, tmp_path, capsys):
     assert "Cannot read" in capsys.readouterr().err
 
 
+def test_score_behavior_checks_everything_before_loading_the_model(tiny_model_path, tmp_path, capsys, monkeypatch):
+    import transformers
+
+    monkeypatch.setattr(
+        transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("model loaded first")
+    )
+    from datasets import DatasetDict
+
+    pairs = tmp_path / "pairs"
+    DatasetDict(
+        {"train": make_toy_preference_dataset(4, seed=0), "test": make_toy_preference_dataset(2, seed=1)}
+    ).save_to_disk(str(pairs))
+    ok = ["--model_name_or_path", tiny_model_path, "--dataset_path", str(pairs)]
+    # several splits cannot go into one file: said before scoring, not after
+    assert score_behavior.cli_main([*ok, "--output_path", str(tmp_path / "out.jsonl")]) == 2
+    assert "cannot go into the single file" in capsys.readouterr().err
+    missing = ["--model_name_or_path", str(tmp_path / "no_model"), "--dataset_path", str(pairs)]
+    assert score_behavior.cli_main([*missing, "--output_path", str(tmp_path / "out")]) == 2
+    assert "no_model" in capsys.readouterr().err
+    assert score_behavior.cli_main([*ok, "--split", "dev", "--output_path", str(tmp_path / "out")]) == 2
+    assert "'dev' not found" in capsys.readouterr().err
+
+
+def test_score_behavior_writes_each_split_as_it_finishes(tiny_model_path, tmp_path, monkeypatch):
+    from datasets import DatasetDict
+
+    pairs = tmp_path / "pairs"
+    DatasetDict(
+        {"train": make_toy_preference_dataset(4, seed=0), "test": make_toy_preference_dataset(2, seed=1)}
+    ).save_to_disk(str(pairs))
+    out = tmp_path / "scored"
+    argv = ["--model_name_or_path", tiny_model_path, "--dataset_path", str(pairs), "--output_path", str(out)]
+    real = behavior.score_behavior_logps
+
+    def fail_on_the_second_split(dataset, *args, **kwargs):
+        if len(dataset) == 2:
+            raise RuntimeError("interrupted")
+        return real(dataset, *args, show_progress=False, **kwargs)
+
+    monkeypatch.setattr(behavior, "score_behavior_logps", fail_on_the_second_split)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        score_behavior.cli_main(argv)
+    assert len(load_from_disk(str(out / "train"))) == 4  # the finished split was kept
+    monkeypatch.setattr(behavior, "score_behavior_logps", real)
+    assert score_behavior.cli_main(argv) == 0
+    scored = load_from_disk(str(out))
+    assert set(scored) == {"train", "test"} and set(behavior.BEHAVIOR_COLUMNS) <= set(scored["test"].column_names)
+
+
 @pytest.mark.slow
 def test_accelerate_launch_module(tiny_model_path, tmp_path):
     """`accelerate launch -m trl_rlvr_ext.scripts.dpo --config ...` (one CPU process)."""
