@@ -335,3 +335,19 @@ def test_console_script_and_package_data_are_declared():
     assert json.dumps(sorted(cli.COMMANDS)) == json.dumps(
         sorted(["curate", "demo", "dpo", "eval", "grpo", "recipes", "score-behavior"])
     )
+
+
+@pytest.mark.slow
+def test_accelerate_config_cpu_runs_a_recipe_without_cpu_settings(no_bf16_gpu, tiny_model_path, tmp_path):
+    """`trl-rlvr-ext grpo --config <recipe> --accelerate_config cpu` on a recipe that says nothing about CPU or bf16."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        f"model_name_or_path: {tiny_model_path}\ndataset_name: toy:arithmetic\nreward_funcs: [toy_accuracy]\n"
+        "max_completion_length: 7\nreport_to: none\nactivation_checkpointing: false\n"
+    )
+    command = [sys.executable, "-m", "trl_rlvr_ext.cli", "grpo", "--config", str(recipe), "--accelerate_config", "cpu"]
+    command += ["--output_dir", str(tmp_path / "run"), *FAST]
+    env = {**_subprocess_env(), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Model saved to" in result.stdout and (tmp_path / "run" / "config.json").is_file()
