@@ -351,3 +351,40 @@ def test_accelerate_config_cpu_runs_a_recipe_without_cpu_settings(no_bf16_gpu, t
     result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Model saved to" in result.stdout and (tmp_path / "run" / "config.json").is_file()
+
+
+def test_command_lines_live_in_scripts_only():
+    """Every CLI is a module of trl_rlvr_ext/scripts; library modules hold no argparse and never import the scripts."""
+    import ast
+
+    package = ROOT / "trl_rlvr_ext"
+    for path in package.rglob("*.py"):
+        relative = path.relative_to(package).as_posix()
+        if relative.startswith("scripts/") or relative == "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [("." * node.level) + (node.module or "")]
+            else:
+                continue
+            for name in names:
+                assert name != "argparse", f"{relative} imports argparse: move its command line to scripts/"
+                assert "scripts" not in name.split("."), f"{relative} imports {name}: a library never imports scripts"
+    for name, (module, _) in cli.COMMANDS.items():
+        assert (package / "scripts" / f"{module}.py").is_file(), name
+
+
+def test_scripts_run_as_modules(tmp_path):
+    for module in ("grpo", "dpo", "eval", "curate", "score_behavior", "demo", "recipes"):
+        result = subprocess.run(
+            [sys.executable, "-m", f"trl_rlvr_ext.scripts.{module}", "--help"],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=_subprocess_env(),
+            cwd=tmp_path,
+            timeout=120,
+        )
+        assert result.returncode == 0 and "usage:" in result.stdout, (module, result.stderr[-1000:])
