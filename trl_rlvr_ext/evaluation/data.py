@@ -1,45 +1,17 @@
 """Loading a problem set for the command-line tools: a local folder or file, a hub dataset, or the toy task."""
 
-import os
-
-
-_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
+from ..data import load_split
 
 
 def load_problems(spec: str, split: str = "test", config: str | None = None):
-    """A `datasets.Dataset` of problems from ``spec``:
+    """A `datasets.Dataset` of problems from ``spec`` (resolved by `trl_rlvr_ext.data.load_split`):
 
     - ``"toy:arithmetic"``: the package's synthetic addition task (``split`` ``train`` or ``test``), offline;
     - a folder written by ``save_to_disk`` (a `Dataset`, or a `DatasetDict` from which ``split`` is taken);
     - a ``.json``/``.jsonl``/``.parquet``/``.csv``/``.arrow`` file;
     - otherwise a hub dataset name (``config`` and ``split`` apply).
     """
-    import datasets
-
-    if spec == "toy:arithmetic":
-        from ..toy.task import make_task_datasets
-
-        splits = make_task_datasets()
-        if split not in splits:
-            raise ValueError(f"The toy task has splits {list(splits)}, not {split!r}.")
-        return splits[split]
-    if spec.startswith("toy:"):
-        raise ValueError(f"Unknown toy dataset {spec!r}; the toy problem set is 'toy:arithmetic'.")
-    if os.path.isdir(spec):
-        loaded = datasets.load_from_disk(spec)
-        if isinstance(loaded, datasets.DatasetDict):
-            if split not in loaded:
-                raise ValueError(f"{spec} holds splits {list(loaded)}; choose one with --split.")
-            return loaded[split]
-        return loaded
-    ext = os.path.splitext(spec)[1].lower()
-    if os.path.isfile(spec):
-        if ext not in _FILE_BUILDERS:
-            raise ValueError(f"Cannot read {spec}: use one of {sorted(_FILE_BUILDERS)} or a save_to_disk folder.")
-        return datasets.load_dataset(_FILE_BUILDERS[ext], data_files=spec, split="train")
-    if ext in _FILE_BUILDERS:
-        raise FileNotFoundError(f"No such file: {spec}")
-    return datasets.load_dataset(spec, config, split=split)
+    return load_split(spec, split, config)
 
 
 def with_prompt_column(dataset, prompt_column: str = "prompt", template: str | None = None, chat: bool = False):
