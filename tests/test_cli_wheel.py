@@ -70,7 +70,10 @@ def test_fresh_install_trains_a_packaged_recipe_from_an_empty_directory(wheel, t
     workdir.mkdir()
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(
-        HF_HUB_OFFLINE="1", TRL_EXPERIMENTAL_SILENCE="1", OMP_NUM_THREADS="1", TRL_RLVR_EXT_CACHE=str(tmp_path / "cache")
+        HF_HUB_OFFLINE="1",
+        TRL_EXPERIMENTAL_SILENCE="1",
+        OMP_NUM_THREADS="1",
+        TRL_RLVR_EXT_CACHE=str(tmp_path / "cache"),
     )
     where = _run([str(python), "-c", "import trl_rlvr_ext; print(trl_rlvr_ext.__file__)"], env=env, cwd=workdir)
     assert Path(where.stdout.strip()).is_relative_to(env_dir), where.stdout  # the wheel's copy, not the checkout's
