@@ -12,7 +12,7 @@ export HF_HUB_DISABLE_TELEMETRY := 1
 export TRL_EXPERIMENTAL_SILENCE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test test-fast docs bench style quality clean
+.PHONY: install demo test test-fast wheel docs bench style quality clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -n 2 -m "not slow and not distributed" tests
 
+# The wheel (with the packaged recipes) in dist/: `pip install dist/trl_rlvr_ext-*.whl` anywhere
+wheel: $(STAMP)
+	$(PY) -m pip wheel . --no-deps --no-build-isolation -w dist
+
 docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
 
@@ -45,4 +49,4 @@ quality: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) site .pytest_cache .ruff_cache
+	rm -rf $(VENV) site .pytest_cache .ruff_cache build dist

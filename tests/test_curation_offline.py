@@ -8,8 +8,9 @@ import torch
 from datasets import Dataset, load_from_disk
 
 from trl_rlvr_ext.curation import offline
-from trl_rlvr_ext.curation.offline import cli_main, filter_scored, score_dataset, score_rows
+from trl_rlvr_ext.curation.offline import filter_scored, score_dataset, score_rows
 from trl_rlvr_ext.evaluation.generation import TransformersBackend, render_prompt_ids
+from trl_rlvr_ext.scripts.curate import cli_main
 
 
 def parity_reward(completions, idx, **kwargs):
@@ -134,3 +135,30 @@ def test_cli_scores_filters_and_saves(tiny_model_path, tmp_path, capsys):
     assert "kept" in capsys.readouterr().out
     with open(out / "curate_meta.json") as f:
         assert json.load(f)["num_samples"] == 4
+
+
+def test_cli_settings_clash_says_what_differs_without_a_traceback(tiny_model_path, tmp_path, capsys):
+    data_path = tmp_path / "problems.jsonl"
+    problems(2).to_json(str(data_path))
+    argv = [
+        "--model", tiny_model_path, "--dataset", str(data_path), "--reward_funcs", f"{__name__}.parity_reward",
+        "--output_dir", str(tmp_path / "curated"), "--num_samples", "2", "--max_new_tokens", "3",
+    ]  # fmt: skip
+    assert cli_main(argv) == 0
+    capsys.readouterr()
+    assert cli_main([*argv, "--num_samples", "4", "--temperature", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert "--num_samples: 2 there, 4 now" in err and "--temperature: 1.0 there, 0.5 now" in err
+    assert "another --output_dir" in err and "To resume it" in err and "Traceback" not in err
+    assert cli_main(argv) == 0  # the same settings resume (nothing left to score)
+
+
+def test_cli_checks_the_model_and_dataset_before_scoring(tiny_model_path, tmp_path, capsys):
+    data_path = tmp_path / "problems.jsonl"
+    problems(2).to_json(str(data_path))
+    base = ["--reward_funcs", f"{__name__}.parity_reward", "--output_dir", str(tmp_path / "out")]
+    assert cli_main(["--model", str(tmp_path / "missing" / "model"), "--dataset", str(data_path), *base]) == 2
+    assert "missing/model" in capsys.readouterr().err
+    assert cli_main(["--model", tiny_model_path, "--dataset", str(tmp_path / "nope.jsonl"), *base]) == 2
+    assert "nope.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing was started

@@ -13,7 +13,7 @@ from datasets import Dataset, load_from_disk
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from trl_rlvr_ext.dpo import behavior
-from trl_rlvr_ext.scripts import dpo
+from trl_rlvr_ext.scripts import dpo, score_behavior
 from trl_rlvr_ext.toy.preference import load_toy_dataset, make_toy_preference_dataset
 
 
@@ -98,13 +98,13 @@ def test_toy_preference_data():
     assert make_toy_preference_dataset(8, seed=2)[:] == make_toy_preference_dataset(8, seed=2)[:]
 
 
-def test_score_behavior_cli(tiny_model_path, tmp_path):
+def test_score_behavior_cli(tiny_model_path, tmp_path, capsys):
     dataset = make_toy_preference_dataset(6, seed=4)
     dataset.save_to_disk(str(tmp_path / "pairs"))
     out = tmp_path / "scored.jsonl"
     argv = ["--model_name_or_path", tiny_model_path, "--dataset_path", str(tmp_path / "pairs"),
             "--output_path", str(out), "--batch_size", "4", "--max_length", "32"]  # fmt: skip
-    assert behavior.cli_main(argv) == 0
+    assert score_behavior.cli_main(argv) == 0
     scored = Dataset.from_json(str(out))
     expected = behavior.score_behavior_logps(
         dataset,
@@ -116,13 +116,64 @@ def test_score_behavior_cli(tiny_model_path, tmp_path):
     for column in behavior.BEHAVIOR_COLUMNS:
         torch.testing.assert_close(torch.tensor(scored[column]), torch.tensor(expected[column]))
     # A save_to_disk directory as output, and a refusal to overwrite the columns silently
-    assert behavior.cli_main([*argv[:5], str(tmp_path / "scored_dir")]) == 0
+    assert score_behavior.cli_main([*argv[:5], str(tmp_path / "scored_dir")]) == 0
     assert set(behavior.BEHAVIOR_COLUMNS) <= set(load_from_disk(str(tmp_path / "scored_dir")).column_names)
-    with pytest.raises(ValueError, match="--overwrite"):
-        behavior.cli_main([*argv[:3], str(out), "--output_path", str(tmp_path / "again.jsonl")])
+    # Bad inputs stop before the model is loaded: exit status 2, the fix on stderr, no traceback
+    capsys.readouterr()
+    assert score_behavior.cli_main([*argv[:3], str(out), "--output_path", str(tmp_path / "again.jsonl")]) == 2
+    assert "--overwrite" in capsys.readouterr().err
     (tmp_path / "pairs.csv").write_text("prompt,chosen,rejected\n1+1=,2,3\n")
-    with pytest.raises(ValueError, match="Cannot read"):
-        behavior.cli_main([*argv[:3], str(tmp_path / "pairs.csv"), "--output_path", str(tmp_path / "x.jsonl")])
+    assert score_behavior.cli_main([*argv[:3], str(tmp_path / "pairs.csv"), "--output_path", "x.jsonl"]) == 2
+    assert "Cannot read" in capsys.readouterr().err
+
+
+def test_score_behavior_checks_everything_before_loading_the_model(tiny_model_path, tmp_path, capsys, monkeypatch):
+    import transformers
+
+    monkeypatch.setattr(
+        transformers.AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("model loaded first")
+    )
+    from datasets import DatasetDict
+
+    pairs = tmp_path / "pairs"
+    DatasetDict(
+        {"train": make_toy_preference_dataset(4, seed=0), "test": make_toy_preference_dataset(2, seed=1)}
+    ).save_to_disk(str(pairs))
+    ok = ["--model_name_or_path", tiny_model_path, "--dataset_path", str(pairs)]
+    # several splits cannot go into one file: said before scoring, not after
+    assert score_behavior.cli_main([*ok, "--output_path", str(tmp_path / "out.jsonl")]) == 2
+    assert "cannot go into the single file" in capsys.readouterr().err
+    missing = ["--model_name_or_path", str(tmp_path / "no_model"), "--dataset_path", str(pairs)]
+    assert score_behavior.cli_main([*missing, "--output_path", str(tmp_path / "out")]) == 2
+    assert "no_model" in capsys.readouterr().err
+    assert score_behavior.cli_main([*ok, "--split", "dev", "--output_path", str(tmp_path / "out")]) == 2
+    assert "'dev' not found" in capsys.readouterr().err
+
+
+def test_score_behavior_writes_each_split_as_it_finishes(tiny_model_path, tmp_path, monkeypatch):
+    from datasets import DatasetDict
+
+    pairs = tmp_path / "pairs"
+    DatasetDict(
+        {"train": make_toy_preference_dataset(4, seed=0), "test": make_toy_preference_dataset(2, seed=1)}
+    ).save_to_disk(str(pairs))
+    out = tmp_path / "scored"
+    argv = ["--model_name_or_path", tiny_model_path, "--dataset_path", str(pairs), "--output_path", str(out)]
+    real = behavior.score_behavior_logps
+
+    def fail_on_the_second_split(dataset, *args, **kwargs):
+        if len(dataset) == 2:
+            raise RuntimeError("interrupted")
+        return real(dataset, *args, show_progress=False, **kwargs)
+
+    monkeypatch.setattr(behavior, "score_behavior_logps", fail_on_the_second_split)
+    with pytest.raises(RuntimeError, match="interrupted"):
+        score_behavior.cli_main(argv)
+    assert len(load_from_disk(str(out / "train"))) == 4  # the finished split was kept
+    monkeypatch.setattr(behavior, "score_behavior_logps", real)
+    assert score_behavior.cli_main(argv) == 0
+    scored = load_from_disk(str(out))
+    assert set(scored) == {"train", "test"} and set(behavior.BEHAVIOR_COLUMNS) <= set(scored["test"].column_names)
 
 
 @pytest.mark.slow

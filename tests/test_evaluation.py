@@ -9,9 +9,9 @@ import torch
 from datasets import Dataset
 
 from trl_rlvr_ext.evaluation import PassAtKCallback, evaluate_pass_at_k, pass_at_k
-from trl_rlvr_ext.evaluation.cli import cli_main
 from trl_rlvr_ext.evaluation.evaluator import count_correct
 from trl_rlvr_ext.evaluation.generation import TransformersBackend, grade, make_backend, render_prompt_ids
+from trl_rlvr_ext.scripts.eval import cli_main
 
 
 def even_length_reward(completions, **kwargs):
@@ -144,7 +144,7 @@ def test_vllm_asked_for_but_missing_is_a_clear_error(tiny):
         pytest.skip("vLLM is installed here")
     except ImportError:
         pass
-    with pytest.raises(ImportError, match=r"trl-rlvr-ext\[vllm\]"):
+    with pytest.raises(ImportError, match=r"pip install vllm"):
         make_backend("some/model", None, use_vllm=True)
 
 
@@ -188,6 +188,63 @@ def test_cli_writes_json_and_plot_for_several_models(tiny_model_path, tmp_path):
     assert os.path.getsize(out / "pass_at_k.png") > 1000
     with open(out / "pass_at_k.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def _eval_argv(models, data, out, *extra):
+    return [
+        "--model", *models, "--dataset", str(data), "--reward_funcs", f"{__name__}.even_length_reward",
+        "--num_samples", "2", "--max_new_tokens", "3", "--output_dir", str(out), "--no_plot", *extra,
+    ]  # fmt: skip
+
+
+def test_cli_checks_every_model_before_generating(tiny_model_path, tmp_path, monkeypatch, capsys):
+    """A missing model is named at once, before the first model generates anything (no hub lookup)."""
+    from trl_rlvr_ext.evaluation import evaluator
+
+    monkeypatch.setattr(evaluator, "evaluate_pass_at_k", lambda *a, **k: pytest.fail("generated before checking"))
+    data = tmp_path / "problems.jsonl"
+    problems(2).to_json(str(data))
+    not_a_model = tmp_path / "empty_dir"
+    not_a_model.mkdir()
+    cases = {
+        "outputs/toy_self/checkpoint-200": "no such directory",  # a path: not a hub id
+        "outputs/toy_self": "not in the local cache while HF_HUB_OFFLINE=1",  # could be either: offline, neither
+        str(not_a_model): "directory without a saved model",
+        "toy:nope": "Unknown toy model",
+    }
+    for missing, reason in cases.items():
+        assert cli_main(_eval_argv([tiny_model_path, missing], data, tmp_path / "out")) == 2
+        err = capsys.readouterr().err
+        assert missing in err and reason in err and "Traceback" not in err
+    assert cli_main(_eval_argv([tiny_model_path], tmp_path / "nope.jsonl", tmp_path / "out")) == 2
+    assert "nope.jsonl" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "pass_at_k.json").exists()
+
+
+def test_cli_keeps_each_finished_result_when_a_later_model_fails(tiny_model_path, tmp_path, monkeypatch, capsys):
+    from trl_rlvr_ext.evaluation import evaluator
+
+    real, seen = evaluator.evaluate_pass_at_k, []
+
+    def first_works_then_fails(*args, label, **kwargs):
+        seen.append(label)
+        if label == "broken":
+            # the first model's result is on disk before the second one runs
+            with open(tmp_path / "out" / "pass_at_k.json") as f:
+                assert [r["label"] for r in json.load(f)["results"]] == ["good"]
+            raise RuntimeError("CUDA out of memory")
+        return real(*args, label=label, **kwargs)
+
+    monkeypatch.setattr(evaluator, "evaluate_pass_at_k", first_works_then_fails)
+    data = tmp_path / "problems.jsonl"
+    problems(2).to_json(str(data))
+    argv = _eval_argv([tiny_model_path, tiny_model_path, tiny_model_path], data, tmp_path / "out")
+    assert cli_main([*argv, "--labels", "good", "broken", "also_good"]) == 1
+    assert seen == ["good", "broken", "also_good"]  # one failure does not stop the others
+    err = capsys.readouterr().err
+    assert "broken: failed: RuntimeError: CUDA out of memory" in err and "1 of 3 models failed" in err
+    with open(tmp_path / "out" / "pass_at_k.json") as f:
+        assert [r["label"] for r in json.load(f)["results"]] == ["good", "also_good"]
 
 
 def _grpo_args(tmp_path, **kw):

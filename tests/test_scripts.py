@@ -9,6 +9,7 @@ from datasets import Dataset
 from trl_rlvr_ext import cli
 from trl_rlvr_ext.rewards import REWARD_NAMES, get_reward_func
 from trl_rlvr_ext.scripts import grpo as grpo_script
+from trl_rlvr_ext.scripts.recipes import resolve_accelerate_config
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,11 +49,11 @@ def test_cli_usage_and_unknown_command(capsys):
 
 
 def test_cli_resolves_accelerate_configs():
-    assert cli.resolve_accelerate_config("zero3").endswith("zero3.yaml")
+    assert resolve_accelerate_config("zero3").endswith("zero3.yaml")
     path = str(ROOT / "recipes/accelerate_configs/deepspeed_zero3.yaml")
-    assert cli.resolve_accelerate_config(path) == path
-    with pytest.raises(SystemExit, match="neither a file nor one of TRL's packaged configs"):
-        cli.resolve_accelerate_config("zero9")
+    assert resolve_accelerate_config(path) == path
+    with pytest.raises(SystemExit, match="neither a file nor a packaged config"):
+        resolve_accelerate_config("zero9")
 
 
 @pytest.mark.parametrize("recipe", sorted((ROOT / "recipes").rglob("*.yaml")), ids=lambda p: p.name)

@@ -243,7 +243,7 @@ def test_evaluate_accuracy_counts_correct_answers():
 
 # ---------------------------------------------------------------- demo
 def test_demo_quick_end_to_end(tmp_path, capsys):
-    from trl_rlvr_ext.toy.demo import cli_main
+    from trl_rlvr_ext.scripts.demo import cli_main
 
     output_dir = tmp_path / "demo"
     argv = ["--quick", "--output-dir", str(output_dir), "--cache-dir", str(tmp_path / "cache"), "--max-steps", "2"]
@@ -262,7 +262,7 @@ def test_demo_quick_end_to_end(tmp_path, capsys):
 
 
 def test_demo_rejects_bad_arguments(capsys):
-    from trl_rlvr_ext.toy.demo import cli_main
+    from trl_rlvr_ext.scripts.demo import cli_main
 
     with pytest.raises(SystemExit):
         cli_main(["--num-prompts", "3", "--num-generations", "3", "--steps-per-generation", "2"])

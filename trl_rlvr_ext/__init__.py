@@ -7,6 +7,8 @@ a trainer is touched) and a CLI subcommand only pays for what it uses.
 import importlib
 from typing import TYPE_CHECKING
 
+from ._compat import hold_bitsandbytes_kernel_notice
+
 
 __version__ = "0.1.0"
 
@@ -22,6 +24,9 @@ _LAZY = {
 }
 
 __all__ = ["__version__", *_LAZY]
+
+# bitsandbytes' notice about its optional 4-bit CPU kernel is noise unless a 4-bit model is used (see `_compat`)
+hold_bitsandbytes_kernel_notice()
 
 
 def __getattr__(name):

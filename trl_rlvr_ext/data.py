@@ -1,17 +1,9 @@
-"""One resolver for the names a user gives: datasets and models.
-
-Every entry point (the training scripts and recipes, ``trl-rlvr-ext eval``/``curate``/``score-behavior``, Python
-code) resolves a dataset or model name here, so each accepts the same names:
-
-- ``toy:`` names: the embedded default, built offline (`TOY_DATASETS`, `TOY_MODELS`);
-- a local file of a type in `FILE_BUILDERS`, a folder written by ``save_to_disk``, or a folder of data files;
-- otherwise a Hugging Face Hub id.
-
-A name that looks local (it has a file extension we read, or a path separator) but does not exist is an error naming
-the path, raised before anything is loaded: never a hub lookup after minutes of work.
-"""
+"""Names of models and datasets, resolved in one place for the whole package: the offline ``toy:`` names, local
+files and folders, and hub ids. The training scripts, the evaluation and the offline curation all load through here,
+and the command-line tools check names here before any work starts (`check_model_name_or_path`)."""
 
 import os
+import re
 
 
 TOY_PREFIX = "toy:"
@@ -20,87 +12,92 @@ TOY_MODELS = {
     "toy:tiny": "a randomly initialised tiny model (tests, smoke runs)",
 }
 TOY_DATASETS = {
-    "toy:arithmetic": "the toy verifiable arithmetic task (prompt-only, with an 'answer' column; train and test splits)",
-    "toy:preference": "toy arithmetic preference pairs (prompt / chosen / rejected; train and test splits)",
+    "toy:arithmetic": "the toy verifiable arithmetic task (prompt-only, with an 'answer' column)",
+    "toy:preference": "toy arithmetic preference pairs (prompt / chosen / rejected)",
 }
-# The file types every entry point reads, and the `datasets` builder for each.
-FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
-
-
-def _looks_local(name: str) -> bool:
-    return (
-        os.path.splitext(name)[1].lower() in FILE_BUILDERS
-        or name.startswith((".", "/", "~"))
-        or name.count(os.sep) > 1  # hub ids have exactly one "/"
-    )
-
-
-def check_dataset_name(name: str) -> None:
-    """Fail now, with the fix, if ``name`` cannot name a dataset (an unknown ``toy:`` name, a missing local path)."""
-    if not name:
-        raise ValueError(
-            f"No dataset given: name a hub id, a local file ({'/'.join(sorted(FILE_BUILDERS))}), a save_to_disk "
-            f"folder, or one of {sorted(TOY_DATASETS)}."
-        )
-    if name.startswith(TOY_PREFIX):
-        if name not in TOY_DATASETS:
-            raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
-        return
-    if os.path.isdir(name):
-        return
-    if os.path.isfile(name):
-        extension = os.path.splitext(name)[1].lower()
-        if extension not in FILE_BUILDERS:
-            raise ValueError(
-                f"Cannot read {name}: use a file of type {sorted(FILE_BUILDERS)} or a folder written by save_to_disk."
-            )
-        return
-    if _looks_local(name):
-        raise FileNotFoundError(f"No such dataset file or folder: {os.path.abspath(os.path.expanduser(name))}")
-
-
-def check_model_name(name: str | None) -> None:
-    """Fail now, with the fix, if ``name`` cannot name a model (an unknown ``toy:`` name, a missing local path)."""
-    if not name:
-        raise ValueError(f"No model given: name a hub id, a local directory, or one of {sorted(TOY_MODELS)}.")
-    if name.startswith(TOY_PREFIX):
-        if name not in TOY_MODELS:
-            raise ValueError(f"Unknown toy model {name!r}. Use one of {sorted(TOY_MODELS)}.")
-        return
-    if os.path.exists(name):
-        if not os.path.isdir(name):
-            raise ValueError(f"Model path {name} is a file; give the directory that holds config.json.")
-        return
-    if _looks_local(name):
-        raise FileNotFoundError(f"No such model directory: {os.path.abspath(os.path.expanduser(name))}")
+# one table of data files for every loader of the package (training scripts, evaluation, curation)
+DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
 
 
 def resolve_model_name_or_path(name_or_path: str | None) -> str:
     """A model path or hub id; ``toy:base`` and ``toy:tiny`` resolve to local directories (built offline)."""
-    check_model_name(name_or_path)
+    if not name_or_path:
+        raise ValueError("No model given: set `model_name_or_path` (a hub id, a local directory, or 'toy:base').")
     if not name_or_path.startswith(TOY_PREFIX):
         return name_or_path
     if name_or_path == "toy:base":
         from .toy.warmstart import get_base_model_path
 
         return get_base_model_path()
-    from .toy import save_tiny_model
-    from .toy.warmstart import default_cache_root
+    if name_or_path == "toy:tiny":
+        from .toy import save_tiny_model
+        from .toy.warmstart import default_cache_root
 
-    path = default_cache_root() / "toy" / "tiny-random"
-    if not (path / "config.json").is_file():
-        save_tiny_model(path)
-    return str(path)
+        path = default_cache_root() / "toy" / "tiny-random"
+        if not (path / "config.json").is_file():
+            save_tiny_model(path)
+        return str(path)
+    raise ValueError(f"Unknown toy model {name_or_path!r}. Use one of {sorted(TOY_MODELS)}.")
 
 
-def load_dataset_dict(name: str, config: str | None = None, streaming: bool = False):
-    """The splits named by ``name``: a `DatasetDict` (or, for a ``save_to_disk`` folder of one split, a `Dataset`).
+# "name" or "org/name": what a hub id looks like (a path with more parts, or starting with . / ~, cannot be one)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_MODEL_FILES = ("config.json", "adapter_config.json")
 
-    A local file is one split, ``train`` (as `datasets.load_dataset` names it).
+
+def check_model_name_or_path(name_or_path: str) -> None:
+    """Fail at once, naming ``name_or_path``, when it is not a usable model: an unknown ``toy:`` name, a missing local
+    path, a directory without a saved model, or (offline) a hub id that is not in the local cache.
+
+    Cheap (no model is loaded): the command-line tools call it for every model before generating anything.
     """
-    import datasets
+    if not name_or_path:
+        raise ValueError("No model given: pass a hub id, a local directory, or 'toy:base'.")
+    if name_or_path.startswith(TOY_PREFIX):
+        if name_or_path not in TOY_MODELS:
+            raise ValueError(f"Unknown toy model {name_or_path!r}. Use one of {sorted(TOY_MODELS)}.")
+        return
+    path = os.path.expanduser(name_or_path)
+    if os.path.isdir(path):
+        if not any(os.path.isfile(os.path.join(path, name)) for name in _MODEL_FILES):
+            raise ValueError(
+                f"Model {name_or_path!r} is a directory without a saved model (no config.json or adapter_config.json). "
+                "Point to the folder that `save_pretrained` / `trainer.save_model` wrote: a run's output_dir or one of "
+                "its checkpoint-N folders."
+            )
+        return
+    if os.path.exists(path):
+        raise ValueError(f"Model {name_or_path!r} is a file; give the directory that holds config.json.")
+    if not _HUB_ID.match(name_or_path):
+        raise FileNotFoundError(
+            f"Model {name_or_path!r}: no such directory (relative to {os.getcwd()}), and it is not a hub id "
+            "('name' or 'org/name'). Check the path."
+        )
+    from huggingface_hub import constants, try_to_load_from_cache
 
-    check_dataset_name(name)
+    if isinstance(try_to_load_from_cache(name_or_path, "config.json"), str):
+        return
+    if constants.HF_HUB_OFFLINE:
+        raise FileNotFoundError(
+            f"Model {name_or_path!r}: no such directory (relative to {os.getcwd()}), and as a hub id it is not in the "
+            "local cache while HF_HUB_OFFLINE=1. If it is a path, check it; if it is a hub model, download it first "
+            "(`hf download <id>`) or unset HF_HUB_OFFLINE."
+        )
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    try:
+        HfApi().model_info(name_or_path)
+    except GatedRepoError:  # exists; loading it needs a token, which `from_pretrained` reports itself
+        return
+    except RepositoryNotFoundError:
+        raise FileNotFoundError(
+            f"Model {name_or_path!r}: no such directory (relative to {os.getcwd()}), and no such model on the hub "
+            "(or it is private: log in with `hf auth login`)."
+        ) from None
+
+
+def _load_toy_dataset(name: str):
     if name == "toy:arithmetic":
         from .toy.task import make_task_datasets
 
@@ -109,25 +106,59 @@ def load_dataset_dict(name: str, config: str | None = None, streaming: bool = Fa
         from .toy.preference import load_toy_dataset
 
         return load_toy_dataset(name)
-    if os.path.isdir(name):
-        saved = any(os.path.isfile(os.path.join(name, f)) for f in ("dataset_dict.json", "state.json"))
-        # A save_to_disk folder, or a folder of data files (datasets infers the splits from the file names).
-        return datasets.load_from_disk(name) if saved else datasets.load_dataset(name, streaming=streaming)
+    raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
+
+
+def _check_local_or_hub(name: str) -> None:
+    """A name that can only be a local path (not 'name' / 'org/name') and does not exist: say so, naming it."""
     extension = os.path.splitext(name)[1].lower()
+    if extension in DATA_FILE_BUILDERS and not os.path.exists(name):
+        raise FileNotFoundError(f"No such data file: {name!r} (relative to {os.getcwd()}).")
+    if not _HUB_ID.match(name) and not os.path.exists(name):
+        raise FileNotFoundError(
+            f"Dataset {name!r}: no such file or directory (relative to {os.getcwd()}), and it is not a hub id "
+            "('name' or 'org/name')."
+        )
+    if os.path.isfile(name) and extension not in DATA_FILE_BUILDERS:
+        raise ValueError(
+            f"Cannot read {name!r}: use a file ending in {sorted(DATA_FILE_BUILDERS)} or a `save_to_disk` folder."
+        )
+
+
+def load_named_dataset(name: str, config: str | None = None, streaming: bool = False):
+    """A `DatasetDict` (or `Dataset`) from a ``toy:`` name, a local file (.json/.jsonl/.csv/.parquet/.arrow: one
+    ``train`` split), a directory saved with `save_to_disk`, or a hub dataset (``load_dataset``)."""
+    from datasets import load_dataset, load_from_disk
+
+    if name.startswith(TOY_PREFIX):
+        return _load_toy_dataset(name)
+    _check_local_or_hub(name)
     if os.path.isfile(name):
-        return datasets.load_dataset(FILE_BUILDERS[extension], data_files=name, streaming=streaming)
-    return datasets.load_dataset(name, name=config, streaming=streaming)
+        builder = DATA_FILE_BUILDERS[os.path.splitext(name)[1].lower()]
+        return load_dataset(builder, data_files=name, streaming=streaming)
+    if os.path.isdir(name) and (
+        os.path.isfile(os.path.join(name, "dataset_dict.json")) or os.path.isfile(os.path.join(name, "state.json"))
+    ):
+        return load_from_disk(name)
+    return load_dataset(name, name=config, streaming=streaming)
 
 
-def load_split(name: str, split: str = "test", config: str | None = None):
-    """One `datasets.Dataset` of ``name``: its ``split``; a single file or single-split folder is used whole."""
+def load_split(name: str, split: str, config: str | None = None):
+    """One split of the dataset ``name`` (see `load_named_dataset`) as a `Dataset`. A single data file, or a folder
+    holding one saved `Dataset`, has no split names: it is returned whatever ``split`` says."""
     import datasets
 
-    loaded = load_dataset_dict(name, config)
-    if isinstance(loaded, datasets.Dataset):
-        return loaded
-    if os.path.isfile(name) and list(loaded) == ["train"]:
-        return loaded["train"]
-    if split not in loaded:
-        raise ValueError(f"{name} has splits {list(loaded)}, not {split!r}; choose one with --split.")
-    return loaded[split]
+    if name.startswith(TOY_PREFIX):
+        splits = _load_toy_dataset(name)
+    else:
+        _check_local_or_hub(name)
+        if not os.path.exists(name):
+            return datasets.load_dataset(name, config, split=split)
+        splits = load_named_dataset(name, config)
+    if isinstance(splits, datasets.Dataset):
+        return splits
+    if os.path.isfile(name):
+        return splits["train"]
+    if split not in splits:
+        raise ValueError(f"{name} has the splits {list(splits)}, not {split!r}; choose one of them.")
+    return splits[split]

@@ -12,20 +12,18 @@ file, then renamed) under ``<output_dir>/shards/``. A rerun with the same settin
 scores only the rest, so an interrupted run loses at most the shard in progress. Shard ``i`` samples with seed
 ``seed + i``: the results do not depend on where a run was interrupted.
 
-Command line: ``trl-rlvr-ext curate --model M --dataset D --reward_funcs F --output_dir OUT [filters]``.
+Command line: ``trl-rlvr-ext curate --model M --dataset D --reward_funcs F --output_dir OUT [filters]``
+(`trl_rlvr_ext.scripts.curate`).
 """
 
-import argparse
 import json
 import math
 import os
-import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..evaluation.data import add_problem_arguments
 from ..evaluation.generation import (
     decode_completions,
     grade,
@@ -37,6 +35,20 @@ from ..evaluation.generation import (
 
 SCORE_COLUMNS = ("pass_rate", "num_correct", "num_samples", "greedy_correct", "correct_mean_logprob")
 _META_FILE = "curate_meta.json"
+
+
+class CurationSettingsError(ValueError):
+    """``output_dir`` holds scores made with other settings; ``differences`` maps each setting that differs to
+    ``(saved, requested)``."""
+
+    def __init__(self, output_dir: str, differences: dict):
+        self.output_dir = output_dir
+        self.differences = differences
+        shown = ", ".join(f"{key}: {saved!r} there, {new!r} now" for key, (saved, new) in differences.items())
+        super().__init__(
+            f"{output_dir} holds scores made with other settings ({shown}). Use a new output_dir (or delete this one) "
+            "to start fresh, or the settings of the run that wrote it to resume."
+        )
 
 
 def _shard_path(output_dir: str, index: int) -> str:
@@ -200,11 +212,8 @@ def score_dataset(
         with open(meta_path) as f:
             saved = json.load(f)
         if saved != settings:
-            changed = sorted(k for k in settings if saved.get(k) != settings[k])
-            raise ValueError(
-                f"{output_dir} holds scores made with other settings ({changed} differ). Use a new output_dir, or "
-                "the settings of the run that wrote it to resume."
-            )
+            changed = sorted(k for k in settings.keys() | saved.keys() if saved.get(k) != settings.get(k))
+            raise CurationSettingsError(output_dir, {k: (saved.get(k), settings.get(k)) for k in changed})
     else:
         _write_atomically(meta_path, [settings])  # one JSON line
         with open(meta_path) as f:
@@ -275,70 +284,3 @@ def filter_scored(
         return not (drop_greedy_correct and row["greedy_correct"])
 
     return scored.filter(keep)
-
-
-def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(
-        prog="trl-rlvr-ext curate", description="Score prompts with a model (k samples + greedy) and filter them."
-    )
-    parser.add_argument("--model", required=True, help="Model path, hub id, or 'toy:base' / 'toy:tiny'.")
-    add_problem_arguments(parser)
-    parser.add_argument("--split", default="train", help="Dataset split (default: train).")
-    parser.add_argument(
-        "--reward_funcs", nargs="+", required=True, help="Reward functions (names or import paths), as for eval."
-    )
-    parser.add_argument("--output_dir", required=True, help="Shards, settings, scored/ and filtered/ go here.")
-    parser.add_argument("--num_samples", type=int, default=8, help="Samples per prompt, k (default 8).")
-    parser.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature (default 1.0).")
-    parser.add_argument("--top_p", type=float, default=1.0, help="Nucleus sampling (default 1.0).")
-    parser.add_argument("--max_new_tokens", type=int, default=1024, help="Generation budget.")
-    parser.add_argument("--correct_threshold", type=float, default=1.0, help="Reward that counts as correct.")
-    parser.add_argument("--shard_size", type=int, default=256, help="Prompts per shard (the resumable unit).")
-    parser.add_argument("--batch_size", type=int, default=64, help="Sequences per generate call.")
-    parser.add_argument("--num_problems", type=int, default=None, help="Score only the first N prompts.")
-    parser.add_argument("--seed", type=int, default=0, help="Base sampling seed.")
-    parser.add_argument("--use_vllm", action="store_true", help="Generate with vLLM (must be installed).")
-    parser.add_argument("--min_pass_rate", type=float, default=None, help="Keep pass_rate >= this.")
-    parser.add_argument("--max_pass_rate", type=float, default=None, help="Keep pass_rate <= this.")
-    parser.add_argument("--drop_greedy_correct", action="store_true", help="Keep only greedily unsolved prompts.")
-    return parser
-
-
-def cli_main(argv: list[str] | None = None) -> int:
-    args = make_parser().parse_args(argv)
-    from ..data import resolve_model_name_or_path
-    from ..evaluation.data import load_problems, with_prompt_column
-    from ..evaluation.generation import resolve_reward_funcs
-
-    dataset = load_problems(args.dataset, args.split, args.dataset_config)
-    dataset = with_prompt_column(dataset, args.prompt_column, args.prompt_template, args.chat)
-    if args.num_problems is not None:
-        dataset = dataset.select(range(min(args.num_problems, len(dataset))))
-    scored = score_dataset(
-        resolve_model_name_or_path(args.model),
-        dataset,
-        resolve_reward_funcs(args.reward_funcs),
-        args.output_dir,
-        num_samples=args.num_samples,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        correct_threshold=args.correct_threshold,
-        shard_size=args.shard_size,
-        batch_size=args.batch_size,
-        use_vllm=args.use_vllm,
-        seed=args.seed,
-    )
-    filtered = filter_scored(scored, args.min_pass_rate, args.max_pass_rate, args.drop_greedy_correct)
-    filtered.save_to_disk(os.path.join(args.output_dir, "filtered"))
-    rates = np.asarray(scored["pass_rate"])
-    print(
-        f"scored {len(scored)} prompts: mean pass rate {rates.mean():.3f}, unsolved {np.mean(rates == 0):.1%}, "
-        f"always solved {np.mean(rates == 1):.1%}, greedy correct {np.mean(scored['greedy_correct']):.1%}; "
-        f"kept {len(filtered)} -> {os.path.join(args.output_dir, 'filtered')}"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(cli_main())

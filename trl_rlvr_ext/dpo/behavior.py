@@ -9,7 +9,6 @@ reference log-probabilities (same tokenisation, same collator and truncation, sa
 with the reference model reproduces TRL's precomputed ``ref_*_logps``.
 """
 
-import argparse
 import contextlib
 import math
 import os
@@ -260,7 +259,7 @@ def score_behavior_logps(
     return dataset.add_column(BEHAVIOR_REJECTED_COLUMN, rejected_logps)
 
 
-# ---------------------------------------------------------------- command line
+# ---------------------------------------------------------------- reading and writing (`trl-rlvr-ext score-behavior`)
 _FILE_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 
 
@@ -294,83 +293,3 @@ def save_preference_data(dataset: Dataset | DatasetDict, path: str) -> None:
         dataset.to_json(path, lines=True)
     else:
         dataset.to_parquet(path)
-
-
-def make_parser(prog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Add behaviour-policy log-prob columns (behavior_chosen_logps, behavior_rejected_logps) to a "
-        "preference dataset for IS-DPO, by scoring it with the model that generated the pairs.",
-    )
-    parser.add_argument("--model_name_or_path", required=True, help="The behaviour model (path or hub id).")
-    parser.add_argument(
-        "--dataset_path", required=True, help="Dataset: a save_to_disk directory or a .json/.jsonl/.parquet file."
-    )
-    parser.add_argument(
-        "--output_path",
-        required=True,
-        help="Where to write: a directory (save_to_disk) or a .json/.jsonl/.parquet file.",
-    )
-    parser.add_argument("--batch_size", type=int, default=8, help="Pairs per forward pass (default: 8).")
-    parser.add_argument("--tokenizer_name_or_path", default=None, help="Tokenizer, if not the model's.")
-    parser.add_argument("--split", default=None, help="Score only this split of a DatasetDict (default: all).")
-    parser.add_argument(
-        "--max_length",
-        type=int,
-        default=1024,
-        help="DPOConfig.max_length of the training run (default: 1024; 0: no truncation).",
-    )
-    parser.add_argument(
-        "--truncation_mode", default="keep_start", choices=["keep_start", "keep_end"], help="As DPOConfig."
-    )
-    parser.add_argument(
-        "--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"], help="Model dtype."
-    )
-    parser.add_argument("--device", default=None, help="Device for the model (default: cuda if available, else cpu).")
-    parser.add_argument("--dataset_num_proc", type=int, default=None, help="Processes for tokenisation.")
-    parser.add_argument("--trust_remote_code", action="store_true", help="Allow custom model code from the Hub.")
-    parser.add_argument("--overwrite", action="store_true", help="Recompute existing behaviour columns.")
-    return parser
-
-
-def cli_main(argv: Sequence[str] | None = None) -> int:
-    """``trl-rlvr-ext score-behavior --model_name_or_path M --dataset_path D --output_path O [--batch_size N]``."""
-    args = make_parser(prog="trl-rlvr-ext score-behavior").parse_args(argv)
-    if args.max_length is not None and args.max_length <= 0:
-        args.max_length = None
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    data = load_preference_data(args.dataset_path)
-    if args.split is not None:
-        if not isinstance(data, DatasetDict) or args.split not in data:
-            splits = list(data) if isinstance(data, DatasetDict) else "none (a single Dataset)"
-            raise ValueError(f"--split {args.split!r} not found; the dataset's splits are {splits}.")
-        data = data[args.split]
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype)
-    model = AutoModelForCausalLM.from_pretrained(
-        args.model_name_or_path, dtype=dtype, trust_remote_code=args.trust_remote_code
-    ).to(device)
-    tokenizer = AutoTokenizer.from_pretrained(
-        args.tokenizer_name_or_path or args.model_name_or_path, trust_remote_code=args.trust_remote_code
-    )
-    kwargs = {
-        "batch_size": args.batch_size,
-        "max_length": args.max_length,
-        "truncation_mode": args.truncation_mode,
-        "dataset_num_proc": args.dataset_num_proc,
-        "overwrite": args.overwrite,
-    }
-    if isinstance(data, DatasetDict):
-        data = DatasetDict(
-            {split: score_behavior_logps(part, model, tokenizer, **kwargs) for split, part in data.items()}
-        )
-    else:
-        data = score_behavior_logps(data, model, tokenizer, **kwargs)
-    save_preference_data(data, args.output_path)
-    print(f"Wrote {args.output_path} with columns {list(BEHAVIOR_COLUMNS)}.")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(cli_main())

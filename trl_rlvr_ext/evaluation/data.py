@@ -1,14 +1,14 @@
 """Loading a problem set for the command-line tools: a local folder or file, a hub dataset, or the toy task."""
 
-from ..data import FILE_BUILDERS, TOY_DATASETS, load_split
+from ..data import load_split
 
 
 def load_problems(spec: str, split: str = "test", config: str | None = None):
-    """A `datasets.Dataset` of problems from ``spec`` (any name `trl_rlvr_ext.data` resolves):
+    """A `datasets.Dataset` of problems from ``spec`` (resolved by `trl_rlvr_ext.data.load_split`):
 
     - ``"toy:arithmetic"``: the package's synthetic addition task (``split`` ``train`` or ``test``), offline;
     - a folder written by ``save_to_disk`` (a `Dataset`, or a `DatasetDict` from which ``split`` is taken);
-    - a file of a type in `trl_rlvr_ext.data.FILE_BUILDERS` (used whole);
+    - a ``.json``/``.jsonl``/``.parquet``/``.csv``/``.arrow`` file;
     - otherwise a hub dataset name (``config`` and ``split`` apply).
     """
     return load_split(spec, split, config)
@@ -41,20 +41,3 @@ def with_prompt_column(dataset, prompt_column: str = "prompt", template: str | N
         return {"prompt": [{"role": "user", "content": text}] if chat else text}
 
     return dataset.map(build, desc="Building prompts")
-
-
-def add_problem_arguments(parser) -> None:
-    """The problem-set options shared by ``trl-rlvr-ext eval`` and ``trl-rlvr-ext curate``."""
-    parser.add_argument(
-        "--dataset",
-        required=True,
-        help=f"One of {sorted(TOY_DATASETS)}, a save_to_disk folder, a {'/'.join(sorted(FILE_BUILDERS))} file, or a hub name.",
-    )
-    parser.add_argument("--dataset_config", default=None, help="Hub dataset configuration.")
-    parser.add_argument("--prompt_column", default="prompt", help="Column with the problem text (default: prompt).")
-    parser.add_argument(
-        "--prompt_template",
-        default=None,
-        help="Build prompts from a str.format template over the columns, e.g. '{problem} Put the answer in \\boxed{{}}.'",
-    )
-    parser.add_argument("--chat", action="store_true", help="Send each prompt as one user message (chat template).")

@@ -186,7 +186,7 @@ class TransformersBackend:
 
 
 class VLLMBackend:
-    """Generation with a vLLM engine (`pip install "trl-rlvr-ext[vllm]"`).
+    """Generation with a vLLM engine (`pip install vllm`).
 
     Args:
         model: a model id or local path that vLLM can load.
@@ -198,8 +198,9 @@ class VLLMBackend:
             import vllm
         except ImportError as error:
             raise ImportError(
-                'use_vllm=True needs vLLM, which is not installed. Install it with `pip install "trl-rlvr-ext[vllm]"` '
-                "(a GPU build), or leave use_vllm off to generate with batched `transformers` generate."
+                "use_vllm=True needs vLLM, which is not installed. Install it with `pip install vllm` (a GPU build; from "
+                'a clone of trl-rlvr-ext, `pip install -e ".[vllm]"`), or leave use_vllm off to generate with batched '
+                "`transformers` generate."
             ) from error
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(

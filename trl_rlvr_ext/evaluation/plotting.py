@@ -24,7 +24,8 @@ def plot_pass_at_k(curves, path: str, title: str | None = None, metric: str = "p
         import matplotlib
     except ImportError as error:
         raise ImportError(
-            'Plotting pass@k needs matplotlib: `pip install "trl-rlvr-ext[plot]"`, or write the JSON only.'
+            'Plotting pass@k needs matplotlib: `pip install "matplotlib>=3.8"` (from a clone of trl-rlvr-ext: '
+            '`pip install -e ".[plot]"`), or write the JSON only.'
         ) from error
     matplotlib.use("Agg")  # no display needed; safe on servers and in tests
     import matplotlib.pyplot as plt

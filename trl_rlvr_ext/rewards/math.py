@@ -1,4 +1,4 @@
-"""A verifiable math-answer reward built on math-verify (``pip install "trl-rlvr-ext[math]"``)."""
+"""A verifiable math-answer reward built on math-verify (``pip install "math-verify>=0.8"``)."""
 
 import logging
 import threading
@@ -29,7 +29,8 @@ def math_accuracy_reward(
         from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
     except ImportError as error:
         raise ImportError(
-            "math_accuracy_reward needs math-verify: install it with `pip install 'trl-rlvr-ext[math]'`."
+            "math_accuracy_reward needs math-verify: install it with `pip install 'math-verify>=0.8'` (from a clone "
+            "of trl-rlvr-ext: `pip install -e '.[math]'`)."
         ) from error
 
     gold_column = answer if answer is not None else solution

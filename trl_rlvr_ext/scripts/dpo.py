@@ -1,13 +1,12 @@
 """IS-DPO training script: TRL's `trl/scripts/dpo.py` with `ISDPOTrainer` / `ISDPOConfig`.
 
 ```bash
-# one process
-python -m trl_rlvr_ext.scripts.dpo --config recipes/dpo/toy_isdpo.yaml
+# one process, a packaged recipe (`trl-rlvr-ext recipes` lists them)
+trl-rlvr-ext dpo --config toy_isdpo                # or: python -m trl_rlvr_ext.scripts.dpo --config toy_isdpo
 # several GPUs / nodes
-accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml \
-    -m trl_rlvr_ext.scripts.dpo --config recipes/dpo/llama3.2-3b_hh_isdpo.yaml
+trl-rlvr-ext dpo --config llama3.2-3b_hh_isdpo --accelerate_config deepspeed_zero3 --num_processes 8
 # command-line flags override the YAML
-python -m trl_rlvr_ext.scripts.dpo --config recipes/dpo/toy_isdpo.yaml --model_name_or_path ./tiny --max_steps 5
+trl-rlvr-ext dpo --config toy_isdpo --model_name_or_path ./tiny --max_steps 5
 ```
 
 The YAML is flat: keys of TRL's `ScriptArguments`, `ModelConfig`, `DatasetMixtureConfig` and of `ISDPOConfig`
@@ -18,9 +17,7 @@ random model (no hub access); local files (.json/.jsonl/.csv/.parquet) and `save
 
 from collections.abc import Sequence
 
-from ..data import resolve_model_name_or_path
-from ..dpo.behavior import behavior_columns_present
-from .utils import load_train_and_eval, run_cli, set_model_init_kwargs, train_and_save
+from .launch import SummaryOption, TrainingCommand, run_training_cli
 
 
 REQUIRED_COLUMNS = ("chosen", "rejected")
@@ -38,6 +35,8 @@ def check_preference_dataset(dataset, split: str) -> None:
             "prompt included, from which TRL extracts the common prefix). Rename the columns, or pick another "
             "dataset or split (`dataset_train_split` / `dataset_test_split`)."
         )
+    from ..dpo.behavior import behavior_columns_present
+
     behavior_columns_present(dataset, repr(split))
 
 
@@ -45,6 +44,7 @@ def main(script_args, training_args, model_args, dataset_args):
     from trl import get_peft_config, get_quantization_config
 
     from ..dpo.dpo_trainer import ISDPOTrainer
+    from .utils import load_train_and_eval, resolve_model_name_or_path, set_model_init_kwargs, train_and_save
 
     set_model_init_kwargs(model_args, training_args)
     train_dataset, eval_dataset = load_train_and_eval(
@@ -76,9 +76,52 @@ def make_parser(prog: str | None = None):
     return TrlParser((ScriptArguments, ISDPOConfig, ModelConfig, DatasetMixtureConfig), prog=prog)
 
 
+# The short `--help`: the options most recipes set. A test checks each default against the real dataclass field.
+SUMMARY = (
+    SummaryOption("model_name_or_path", None, "Hub id, local directory, or 'toy:tiny' (built offline)."),
+    SummaryOption(
+        "dataset_name",
+        None,
+        "Hub id, local file (.json/.jsonl/.csv/.parquet), save_to_disk folder, or 'toy:preference'.",
+    ),
+    SummaryOption("output_dir", None, "Where the model and checkpoints go.", "TRL's 'trainer_output' if unset"),
+    SummaryOption("max_steps", -1, "Optimiser steps; -1: train num_train_epochs epochs."),
+    SummaryOption("num_train_epochs", 3.0, "Epochs over the training set (when max_steps is -1)."),
+    SummaryOption("learning_rate", 1e-06, "Peak learning rate of AdamW."),
+    SummaryOption("per_device_train_batch_size", 8, "Preference pairs per device per micro-step."),
+    SummaryOption("beta", 0.1, "DPO's beta: higher stays closer to the reference model."),
+    SummaryOption("loss_type", ["sigmoid"], "TRL's DPO loss(es): sigmoid (DPO), ipo, hinge, ..."),
+    SummaryOption("max_length", 1024, "Tokens per prompt + completion (longer pairs are truncated)."),
+    SummaryOption("use_peft", False, "Train a LoRA adapter (lora_r, lora_alpha, lora_target_modules ...)."),
+    SummaryOption("lora_init", None, "Initialise the LoRA adapter: rlpo, rlmo, pissa, milora."),
+    SummaryOption("use_cpu", False, "Train on CPU (needed on a machine without a GPU)."),
+    SummaryOption(
+        "bf16", None, "bf16 mixed precision.", "on unless fp16 is set: on a CPU add --use_cpu true, or --bf16 false"
+    ),
+    SummaryOption(
+        "activation_checkpointing",
+        None,
+        "Recompute activations in the backward pass (less memory, slower).",
+        "TRL turns it on if unset",
+    ),
+)
+
+COMMAND = TrainingCommand(
+    name="dpo",
+    module="trl_rlvr_ext.scripts.dpo",
+    description="Train with ISDPOTrainer (TRL's DPOTrainer + IS-DAA importance weights) from a YAML recipe. The IS "
+    "options (importance_sampling and its clip) are listed by --help-all.",
+    example_recipe="toy_isdpo, dpo/toy_isdpo",
+    summary=SUMMARY,
+    make_parser=lambda prog=None: make_parser(prog),
+    main=lambda *parsed: main(*parsed),
+)
+
+
 def cli_main(argv: Sequence[str] | None = None) -> int:
-    """``trl-rlvr-ext dpo --config recipe.yaml [--key value ...]``; returns 0 once the model is trained and saved."""
-    return run_cli(make_parser, main, argv, prog="trl-rlvr-ext dpo")
+    """``trl-rlvr-ext dpo [--config RECIPE] [--accelerate_config C] [--num_processes N] [--key value ...]``; returns 0
+    once the model is trained and saved."""
+    return run_training_cli(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -1,41 +1,31 @@
 """Train with `RLVRGRPOTrainer` from a flat YAML recipe.
 
-    python -m trl_rlvr_ext.scripts.grpo --config recipes/grpo/toy_nsr.yaml [--key value ...]
-    accelerate launch --config_file recipes/accelerate_configs/multi_gpu.yaml -m trl_rlvr_ext.scripts.grpo --config ...
-    trl-rlvr-ext grpo --config recipes/grpo/toy_nsr.yaml
+    trl-rlvr-ext grpo --config toy_nsr [--key value ...]                # a packaged recipe (`trl-rlvr-ext recipes`)
+    trl-rlvr-ext grpo --config my_recipe.yaml --accelerate_config multi_gpu --num_processes 8
+    python -m trl_rlvr_ext.scripts.grpo --config toy_nsr
+    accelerate launch --config_file my_accelerate.yaml -m trl_rlvr_ext.scripts.grpo --config toy_nsr
 
 Every key of the YAML is a field of `RLVRGRPOScriptArguments`, `RLVRGRPOConfig`, TRL's `ModelConfig` or
-`DatasetMixtureConfig`; command-line flags override the YAML (TRL's `TrlParser`).
+`DatasetMixtureConfig`; command-line flags override the YAML (TRL's `TrlParser`). Nothing heavy is imported at module
+level, so that ``--help`` answers at once.
 """
 
-from dataclasses import dataclass, field
-
-from trl import ScriptArguments
-
-from ..rewards import REWARD_NAMES
+from .launch import SummaryOption, TrainingCommand, run_training_cli
 
 
-@dataclass
-class RLVRGRPOScriptArguments(ScriptArguments):
-    """Script arguments of the GRPO script: TRL's `ScriptArguments` plus the reward functions."""
+def __getattr__(name):
+    if name == "RLVRGRPOScriptArguments":  # imports TRL: loaded on first use
+        from .grpo_arguments import RLVRGRPOScriptArguments
 
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["toy_accuracy"],
-        metadata={
-            "help": f"Reward functions: names among {list(REWARD_NAMES)} or dotted import paths "
-            "('my_lib.rewards.my_reward'). 'math_accuracy' grades math answers with math-verify."
-        },
-    )
-    reward_model_name_or_path: str | None = field(
-        default=None,
-        metadata={"help": "Optional reward model (hub id or local path), used in addition to `reward_funcs`."},
-    )
+        return RLVRGRPOScriptArguments
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_parser(prog: str | None = None):
     from trl import DatasetMixtureConfig, ModelConfig, TrlParser
 
     from ..grpo.grpo_config import RLVRGRPOConfig
+    from .grpo_arguments import RLVRGRPOScriptArguments
 
     return TrlParser((RLVRGRPOScriptArguments, RLVRGRPOConfig, ModelConfig, DatasetMixtureConfig), prog=prog)
 
@@ -84,10 +74,63 @@ def main(script_args, training_args, model_args, dataset_args):
     )
 
 
-def cli_main(argv: list[str] | None = None) -> int:
-    from .utils import run_cli
+# The short `--help`: the options most recipes set. A test checks each default against the real dataclass field.
+SUMMARY = (
+    SummaryOption("model_name_or_path", None, "Hub id, local directory, or 'toy:base' / 'toy:tiny' (built offline)."),
+    SummaryOption(
+        "dataset_name",
+        None,
+        "Hub id, local file (.json/.jsonl/.csv/.parquet), save_to_disk folder, or 'toy:arithmetic'.",
+    ),
+    SummaryOption(
+        "reward_funcs", ["toy_accuracy"], "Reward names (toy_accuracy, math_accuracy, ...) or import paths."
+    ),
+    SummaryOption("output_dir", None, "Where the model and checkpoints go.", "TRL's 'trainer_output' if unset"),
+    SummaryOption("max_steps", -1, "Optimiser steps; -1: train num_train_epochs epochs."),
+    SummaryOption("num_train_epochs", 3.0, "Epochs over the training set (when max_steps is -1)."),
+    SummaryOption("learning_rate", 1e-06, "Peak learning rate of AdamW."),
+    SummaryOption("per_device_train_batch_size", 8, "Completions per device per optimiser micro-step."),
+    SummaryOption("num_generations", 8, "Completions per prompt (the GRPO group)."),
+    SummaryOption("max_completion_length", 512, "Generation budget in tokens."),
+    SummaryOption(
+        "steps_per_generation",
+        None,
+        "Optimiser steps per generation batch; above gradient_accumulation_steps the ratio moves and the clip bites.",
+        "gradient_accumulation_steps if unset",
+    ),
+    SummaryOption("loss_type", "dapo", "grpo, dr_grpo, dapo, bnpo, cispo, luspo, ... (TRL's)."),
+    SummaryOption("beta", 0.0, "KL coefficient; 0 loads no reference model."),
+    SummaryOption("clip_recovery", "none", "Stochastic clip recovery: none (stock TRL), nsr, nsr_expected."),
+    SummaryOption("curation", "none", "Online prompt curation: none (stock TRL), self, pass_rate."),
+    SummaryOption("use_peft", False, "Train a LoRA adapter (lora_r, lora_alpha, lora_target_modules ...)."),
+    SummaryOption("lora_init", None, "Initialise the LoRA adapter: rlpo, rlmo, pissa, milora."),
+    SummaryOption("use_vllm", False, "Generate with vLLM (installed separately)."),
+    SummaryOption("use_cpu", False, "Train on CPU (needed on a machine without a GPU)."),
+    SummaryOption(
+        "bf16", None, "bf16 mixed precision.", "on unless fp16 is set: on a CPU add --use_cpu true, or --bf16 false"
+    ),
+    SummaryOption(
+        "activation_checkpointing",
+        None,
+        "Recompute activations in the backward pass (less memory, slower).",
+        "TRL turns it on if unset",
+    ),
+)
 
-    return run_cli(make_parser, main, argv, prog="trl-rlvr-ext grpo")
+COMMAND = TrainingCommand(
+    name="grpo",
+    module="trl_rlvr_ext.scripts.grpo",
+    description="Train with RLVRGRPOTrainer (TRL's GRPOTrainer + NSR, curation, LoRA initialisers) from a YAML recipe.",
+    example_recipe="toy_nsr, grpo/toy_nsr",
+    summary=SUMMARY,
+    make_parser=lambda prog=None: make_parser(prog),
+    main=lambda *parsed: main(*parsed),
+)
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    """``trl-rlvr-ext grpo [--config RECIPE] [--accelerate_config C] [--num_processes N] [--key value ...]``."""
+    return run_training_cli(COMMAND, argv)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,19 @@
-"""What the training scripts share: dataset and model resolution (including the offline ``toy:`` names) and
-input checks that fail early with a clear message instead of a traceback from deep inside TRL."""
+"""What the training scripts share: reading TRL's dataset options, input checks that fail early with a clear message
+instead of a traceback from deep inside TRL, and training + saving. Names of models and datasets (including the
+offline ``toy:`` names) resolve in `trl_rlvr_ext.data`."""
 
 from collections.abc import Sequence
 
 from datasets import Dataset, DatasetDict, IterableDataset
 
-from ..data import TOY_DATASETS, load_dataset_dict
+from ..data import (  # noqa: F401 -- re-exported: the scripts' names since the first release
+    TOY_DATASETS,
+    TOY_MODELS,
+    TOY_PREFIX,
+    check_model_name_or_path,
+    load_named_dataset,
+    resolve_model_name_or_path,
+)
 
 
 def load_script_datasets(script_args, dataset_args):
@@ -19,7 +27,7 @@ def load_script_datasets(script_args, dataset_args):
             "No dataset given: set `dataset_name` (a hub id, a local file or directory, or one of "
             f"{sorted(TOY_DATASETS)}) or `datasets` (a dataset mixture)."
         )
-    return load_dataset_dict(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
+    return load_named_dataset(script_args.dataset_name, script_args.dataset_config, script_args.dataset_streaming)
 
 
 def get_split(datasets, split: str, dataset_name: str | None = None):
@@ -84,13 +92,3 @@ def train_and_save(trainer, script_args, training_args):
         trainer.accelerator.print(f"Model pushed to the Hub: https://huggingface.co/{trainer.hub_model_id}.")
     trainer.end()  # finishes the trackers and destroys the process group (transformers >= 5.18)
     return trainer
-
-
-def run_cli(make_parser, main, argv, prog: str) -> int:
-    """Parse a recipe (unknown keys are an error: a misspelt option must not be silently ignored) and run it."""
-    parser = make_parser(prog=prog)
-    script_args, training_args, model_args, dataset_args = parser.parse_args_and_config(
-        args=argv, fail_with_unknown_args=True
-    )
-    main(script_args, training_args, model_args, dataset_args)
-    return 0

@@ -7,72 +7,15 @@
    moves and the clip (hence NSR) is active.
 4. Measure held-out accuracy again and print a summary; the model, the logs (JSONL) and a summary JSON are written to
    the output directory.
+
+The command line (``trl-rlvr-ext demo``) is `trl_rlvr_ext.scripts.demo`; `run_demo` takes its parsed options.
 """
 
-import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="trl-rlvr-ext demo",
-        description="GRPO with stochastic clip recovery (NSR) on a tiny offline model and a synthetic verifiable task "
-        "(little-endian addition). Prints held-out accuracy before and after.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parser.add_argument("--output-dir", default="outputs/demo", help="Where the trained model and the logs go.")
-    parser.add_argument("--seed", type=int, default=0, help="Training seed (the base model has its own).")
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="A smoke run of the whole pipeline in well under a minute: a short warm start (at most 100 steps, cached "
-        "separately; its base model is not the real one), 8 RL steps, a 50-problem evaluation. Its numbers mean nothing.",
-    )
-    parser.add_argument(
-        "--num-threads",
-        type=int,
-        default=None,
-        help="PyTorch CPU threads. Default: PyTorch's choice if OMP_NUM_THREADS is set, else 1 (the model is tiny: "
-        "more threads gain little, and on a busy machine they slow it down several-fold).",
-    )
-    rl = parser.add_argument_group("GRPO")
-    rl.add_argument("--max-steps", type=int, default=300, help="Optimiser steps.")
-    rl.add_argument("--learning-rate", type=float, default=1e-4)
-    rl.add_argument("--num-prompts", type=int, default=32, help="Prompts per generation batch.")
-    rl.add_argument("--num-generations", type=int, default=8, help="Completions per prompt (the GRPO group).")
-    rl.add_argument(
-        "--steps-per-generation",
-        type=int,
-        default=4,
-        help="Optimiser steps per generation batch; above 1 the importance ratio moves away from 1, so the clip and "
-        "NSR act.",
-    )
-    rl.add_argument("--clip-recovery", default="nsr", choices=["none", "nsr", "nsr_expected"])
-    data = parser.add_argument_group("task and evaluation")
-    data.add_argument("--num-train", type=int, default=2000, help="Training problems.")
-    data.add_argument("--num-test", type=int, default=500, help="Held-out problems.")
-    data.add_argument("--eval-samples", type=int, default=16, help="Sampled completions per held-out problem.")
-    data.add_argument("--eval-every", type=int, default=100, help="Held-out evaluation every N steps (0: off).")
-    base = parser.add_argument_group("base model (warm start; cached by these settings)")
-    base.add_argument(
-        "--cache-dir", default=None, help="Cache root (default: $TRL_RLVR_EXT_CACHE or ~/.cache/trl_rlvr_ext)."
-    )
-    base.add_argument("--min-digits", type=int, default=2, help="Difficulty dial: fewest digits per operand.")
-    base.add_argument("--max-digits", type=int, default=3, help="Difficulty dial: most digits per operand.")
-    base.add_argument(
-        "--forget-carry-prob", type=float, default=0.6, help="Chance that a warm-start demonstration drops each carry."
-    )
-    base.add_argument("--warmstart-steps", type=int, default=1500)
-    base.add_argument("--warmstart-seed", type=int, default=0)
-    base.add_argument("--hidden-size", type=int, default=128)
-    base.add_argument("--num-hidden-layers", type=int, default=4)
-    base.add_argument("--intermediate-size", type=int, default=256)
-    return parser
 
 
 class _JsonlLogger:
@@ -96,14 +39,16 @@ def _mean(values):
     return statistics.fmean(values) if values else float("nan")
 
 
-def run_demo(args: argparse.Namespace) -> dict:
-    """Run the demo with parsed arguments; returns the summary dict (also written to ``summary.json``)."""
+def run_demo(args) -> dict:
+    """Run the demo with the options of ``trl-rlvr-ext demo`` (an `argparse.Namespace` from
+    `trl_rlvr_ext.scripts.demo.make_parser`); returns the summary dict (also written to ``summary.json``)."""
     import torch
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
     from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 
+    from .._compat import activation_checkpointing_kwargs
     from ..rewards.toy import toy_accuracy_reward
     from .evaluate import evaluate_accuracy
     from .task import make_task_datasets
@@ -186,7 +131,7 @@ def run_demo(args: argparse.Namespace) -> dict:
         save_strategy="no",
         report_to="none",
         use_cpu=True,
-        activation_checkpointing=False,  # transformers 5 name of gradient_checkpointing (TRL defaults it to on)
+        **activation_checkpointing_kwargs(False),  # TRL turns it on by default; the tiny model does not need it
         seed=args.seed,
     )
     trainer = RLVRGRPOTrainer(
@@ -272,30 +217,3 @@ def _print_summary(s: dict):
         f"Wall time: {s['total_seconds']:.0f} s ({times})",
     ]
     print("\n".join(lines), flush=True)
-
-
-def cli_main(argv: list[str] | None = None) -> int:
-    """Entry point of ``trl-rlvr-ext demo`` (and ``python -m trl_rlvr_ext.toy.demo``); returns the exit status."""
-    parser = _build_parser()
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.max_steps, args.num_test, args.eval_samples, args.eval_every = min(args.max_steps, 8), 50, 4, 0
-        args.warmstart_steps = min(args.warmstart_steps, 100)
-    for name in ("max_steps", "num_prompts", "num_generations", "steps_per_generation", "num_test", "eval_samples"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
-    if args.num_generations < 2:
-        parser.error("--num-generations must be at least 2: GRPO's advantage compares completions of one prompt.")
-    if (args.num_prompts * args.num_generations) % args.steps_per_generation:
-        parser.error(
-            f"--num-prompts x --num-generations ({args.num_prompts * args.num_generations}) must be divisible by "
-            f"--steps-per-generation ({args.steps_per_generation}): each optimiser step takes an equal share."
-        )
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    run_demo(args)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(cli_main())

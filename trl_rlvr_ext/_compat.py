@@ -1,0 +1,64 @@
+"""Small adapters to the installed versions of our dependencies. Imports nothing heavy at module level."""
+
+import dataclasses
+import functools
+import logging
+
+
+# ---------------------------------------------------------------- activation checkpointing
+@functools.cache
+def activation_checkpointing_name() -> str:
+    """The `TrainingArguments` field that switches activation (gradient) checkpointing on this transformers.
+
+    Newer transformers renamed ``gradient_checkpointing`` to ``activation_checkpointing`` and warn (FutureWarning) on the
+    old name; older ones (e.g. 5.18) only know ``gradient_checkpointing``.
+    """
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+
+
+def activation_checkpointing_kwargs(enabled: bool) -> dict:
+    """``{"activation_checkpointing": enabled}``, or ``{"gradient_checkpointing": enabled}`` where that is the only
+    name: pass it to a config (``RLVRGRPOConfig(..., **activation_checkpointing_kwargs(False))``)."""
+    return {activation_checkpointing_name(): enabled}
+
+
+# ---------------------------------------------------------------- bitsandbytes' CPU kernel notice
+# peft imports bitsandbytes eagerly whenever it is installed, and on a CPU with AVX512-BF16 bitsandbytes then logs that
+# its optional 4-bit CPU kernel (from the `kernels` package) could not be loaded. That concerns 4-bit models only, so
+# the notice is held back and shown again (`replay_bitsandbytes_kernel_notice`) when a 4-bit model is asked for.
+_BNB_LOGGER = "bitsandbytes.backends.cpu.ops"
+_BNB_NOTICE = "Failed to load CPU gemm_4bit_forward"
+
+
+class _HoldBitsandbytesKernelNotice(logging.Filter):
+    def __init__(self):
+        super().__init__()
+        self.held: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if str(record.msg).startswith(_BNB_NOTICE):
+            self.held.append(record)
+            return False
+        return True
+
+
+_notice_filter = _HoldBitsandbytesKernelNotice()
+
+
+def hold_bitsandbytes_kernel_notice() -> None:
+    """Hold back bitsandbytes' "Failed to load CPU gemm_4bit_forward" notice (idempotent)."""
+    logger = logging.getLogger(_BNB_LOGGER)
+    if _notice_filter not in logger.filters:
+        logger.addFilter(_notice_filter)
+
+
+def replay_bitsandbytes_kernel_notice() -> None:
+    """Show the held notice (call this when a 4-bit model is requested: then it matters)."""
+    logger = logging.getLogger(_BNB_LOGGER)
+    logger.removeFilter(_notice_filter)
+    for record in _notice_filter.held:
+        logger.handle(record)
+    _notice_filter.held.clear()

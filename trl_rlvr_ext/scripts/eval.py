@@ -1,0 +1,139 @@
+"""``trl-rlvr-ext eval``: Pass@k of one or more models (or checkpoints) on a problem set, as JSON and a PNG plot.
+
+Example (offline, the toy task)::
+
+    trl-rlvr-ext eval --model toy:base outputs/toy_self/checkpoint-200 --dataset toy:arithmetic --split test \\
+        --reward_funcs toy_accuracy --num_samples 64 --temperature 1.0 --max_new_tokens 8 --output_dir eval
+
+Every model, the dataset and the reward functions are checked before anything is generated; each model's result is
+added to ``pass_at_k.json`` as soon as it is done, and a model that fails is reported without losing the others.
+"""
+
+import argparse
+import os
+import sys
+
+from .common import HelpFormatter, add_problem_arguments, fail
+
+
+PROG = "trl-rlvr-ext eval"
+
+
+def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(
+        prog=PROG, description=__doc__.split("\n")[0].split(": ", 1)[1], formatter_class=HelpFormatter
+    )
+    parser.add_argument(
+        "--model", nargs="+", required=True, help="Model paths, hub ids or 'toy:base' / 'toy:tiny' (one curve each)."
+    )
+    parser.add_argument("--labels", nargs="+", default=None, help="Curve names (default: the model paths).")
+    add_problem_arguments(parser)
+    parser.add_argument("--split", default="test", help="Dataset split.")
+    parser.add_argument(
+        "--reward_funcs",
+        nargs="+",
+        required=True,
+        help="Reward functions that grade a sample (all must reach the threshold): toy_accuracy, math_accuracy, "
+        "TRL's accuracy_reward, ..., or an import path pkg.module.func.",
+    )
+    parser.add_argument("--num_samples", type=int, default=16, help="Samples per problem, n.")
+    parser.add_argument("--ks", type=int, nargs="+", default=None, help="k's to report (None: 1, 2, 4, ..., n).")
+    parser.add_argument("--temperature", type=float, default=0.6, help="Sampling temperature (the papers': 0.6).")
+    parser.add_argument("--top_p", type=float, default=0.95, help="Nucleus sampling (the papers': 0.95).")
+    parser.add_argument("--max_new_tokens", type=int, default=1024, help="Generation budget per sample.")
+    parser.add_argument("--correct_threshold", type=float, default=1.0, help="Reward that counts as correct.")
+    parser.add_argument("--batch_size", type=int, default=64, help="Sequences per generate call.")
+    parser.add_argument("--num_problems", type=int, default=None, help="Evaluate only the first N problems.")
+    parser.add_argument("--seed", type=int, default=0, help="Sampling seed.")
+    parser.add_argument("--use_vllm", action="store_true", help="Generate with vLLM (must be installed).")
+    parser.add_argument("--output_dir", default="pass_at_k", help="Where pass_at_k.json and pass_at_k.png go.")
+    parser.add_argument("--no_plot", action="store_true", help="Write the JSON only.")
+    return parser
+
+
+def _save_atomically(results, path: str) -> None:
+    from ..evaluation.evaluator import save_results
+
+    tmp = f"{path}.tmp-{os.getpid()}"
+    save_results(results, tmp)
+    os.replace(tmp, path)  # a reader never sees a half-written file
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
+    if args.labels is not None and len(args.labels) != len(args.model):
+        return fail(PROG, f"--labels needs one name per --model ({len(args.model)}), got {len(args.labels)}.")
+    if not args.no_plot:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            return fail(
+                PROG,
+                "the plot needs matplotlib, which is not installed: `pip install 'matplotlib>=3.8'` (in a clone: "
+                "`pip install -e '.[plot]'`), or pass --no_plot to write the JSON only.",
+            )
+    from .utils import check_model_name_or_path
+
+    # Everything that can be checked is checked before the first sample is drawn.
+    for model in args.model:
+        try:
+            check_model_name_or_path(model)
+        except (ValueError, FileNotFoundError) as error:
+            return fail(PROG, str(error))
+    from ..evaluation.data import load_problems, with_prompt_column
+    from ..evaluation.generation import resolve_reward_funcs
+
+    try:
+        dataset = load_problems(args.dataset, args.split, args.dataset_config)
+        dataset = with_prompt_column(dataset, args.prompt_column, args.prompt_template, args.chat)
+        reward_funcs = resolve_reward_funcs(args.reward_funcs)
+    except (ValueError, FileNotFoundError, ImportError) as error:
+        return fail(PROG, str(error))
+    os.makedirs(args.output_dir, exist_ok=True)
+    json_path = os.path.join(args.output_dir, "pass_at_k.json")
+
+    from ..evaluation.evaluator import evaluate_pass_at_k
+    from .utils import resolve_model_name_or_path
+
+    results, failures = [], []
+    for i, model in enumerate(args.model):
+        label = args.labels[i] if args.labels else model
+        try:
+            result = evaluate_pass_at_k(
+                resolve_model_name_or_path(model),
+                dataset,
+                reward_funcs,
+                num_samples=args.num_samples,
+                ks=args.ks,
+                temperature=args.temperature,
+                top_p=args.top_p,
+                max_new_tokens=args.max_new_tokens,
+                correct_threshold=args.correct_threshold,
+                batch_size=args.batch_size,
+                use_vllm=args.use_vllm,
+                seed=args.seed,
+                num_problems=args.num_problems,
+                label=label,
+            )
+        except Exception as error:  # noqa: BLE001 -- one model's failure must not discard the others' results
+            failures.append(label)
+            print(f"{PROG}: {label}: failed: {type(error).__name__}: {error}", file=sys.stderr)
+            continue
+        results.append(result)
+        _save_atomically(results, json_path)
+        summary = "  ".join(f"pass@{k}={100 * v:.2f}" for k, v in result.pass_at_k.items())
+        print(f"{result.label}: {summary}  (saved to {json_path})", flush=True)
+    if results and not args.no_plot:
+        from ..evaluation.plotting import plot_pass_at_k
+
+        png_path = plot_pass_at_k(results, os.path.join(args.output_dir, "pass_at_k.png"))
+        print(f"wrote {png_path}")
+    if failures:
+        kept = f"; the results of the others are in {json_path}" if results else ""
+        print(f"{PROG}: {len(failures)} of {len(args.model)} models failed: {failures}{kept}.", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())
