@@ -43,8 +43,9 @@ def math_answer(text: str) -> str | None:
         from math_verify import LatexExtractionConfig, parse
     except ImportError as error:
         raise ImportError(
-            "The 'math' answer extractor needs math-verify: install it with `pip install 'trl-rlvr-ext[math]'`, or "
-            "pass your own answer_extractor (a callable text -> answer string or None)."
+            "The 'math' answer extractor needs math-verify: install it with `pip install 'math-verify>=0.8'` (from a "
+            "clone of trl-rlvr-ext: `pip install -e '.[math]'`), or pass your own answer_extractor (a callable text -> "
+            "answer string or None)."
         ) from error
     # math-verify's timeouts use signal.alarm, which only works in the main thread
     in_main_thread = threading.current_thread() is threading.main_thread()

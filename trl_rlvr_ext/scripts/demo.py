@@ -1,7 +1,7 @@
 """``trl-rlvr-ext demo``: the embedded default, end to end, offline, on CPU in a few minutes.
 
-GRPO with stochastic clip recovery (NSR) on the toy base model and task; see `trl_rlvr_ext.toy.demo.run_demo` for the
-steps. Only the standard library is imported before the options are parsed (``--help`` answers at once).
+GRPO with stochastic clip recovery (NSR) on the toy base model and task; see `trl_rlvr_ext.scripts.demo_run.run_demo`
+for the steps. Only the standard library is imported before the options are parsed (``--help`` answers at once).
 """
 
 import argparse
@@ -89,7 +89,7 @@ def cli_main(argv: list[str] | None = None) -> int:
         )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from ..toy.demo import run_demo
+    from .demo_run import run_demo
 
     run_demo(args)
     return 0

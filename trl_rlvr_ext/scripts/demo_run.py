@@ -46,13 +46,13 @@ def run_demo(args) -> dict:
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
-
     from .._compat import activation_checkpointing_kwargs
+    from ..grpo.grpo_config import RLVRGRPOConfig
+    from ..grpo.grpo_trainer import RLVRGRPOTrainer
     from ..rewards.toy import toy_accuracy_reward
-    from .evaluate import evaluate_accuracy
-    from .task import make_task_datasets
-    from .warmstart import get_base_model_path, is_base_model_cached
+    from ..toy.evaluate import evaluate_accuracy
+    from ..toy.task import make_task_datasets
+    from ..toy.warmstart import get_base_model_path, is_base_model_cached
 
     if args.num_threads is not None:
         torch.set_num_threads(args.num_threads)
