@@ -197,6 +197,24 @@ def _eval_argv(models, data, out, *extra):
     ]  # fmt: skip
 
 
+def test_cli_reports_pass_hat_k_and_intervals_and_plots_the_chosen_metric(tiny_model_path, tmp_path, capsys):
+    data = tmp_path / "problems.jsonl"
+    problems(4).to_json(str(data))
+    out = tmp_path / "eval"
+    argv = _eval_argv([tiny_model_path], data, out, "--bootstrap_resamples", "50", "--confidence_level", "0.9")
+    argv.remove("--no_plot")
+    assert cli_main([*argv, "--plot_metric", "pass^"]) == 0
+    with open(out / "pass_at_k.json") as f:
+        (result,) = json.load(f)["results"]
+    assert list(result["pass_hat_k"]) == ["pass^1", "pass^2"] and "pass^2" in capsys.readouterr().out
+    assert result["intervals"] and os.path.getsize(out / "pass_at_k.png") > 1000
+    assert cli_main(_eval_argv([tiny_model_path], data, tmp_path / "no_ci", "--confidence_level", "0")) == 0
+    with open(tmp_path / "no_ci" / "pass_at_k.json") as f:
+        assert not json.load(f)["results"][0].get("intervals")
+    assert cli_main(_eval_argv([tiny_model_path], data, out, "--confidence_level", "1.5")) == 2
+    assert "--confidence_level must be in (0, 1)" in capsys.readouterr().err
+
+
 def test_cli_checks_every_model_before_generating(tiny_model_path, tmp_path, monkeypatch, capsys):
     """A missing model is named at once, before the first model generates anything (no hub lookup)."""
     from trl_rlvr_ext.evaluation import evaluator

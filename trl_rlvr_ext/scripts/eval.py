@@ -46,6 +46,26 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     parser.add_argument("--num_problems", type=int, default=None, help="Evaluate only the first N problems.")
     parser.add_argument("--seed", type=int, default=0, help="Sampling seed.")
     parser.add_argument("--use_vllm", action="store_true", help="Generate with vLLM (must be installed).")
+    parser.add_argument(
+        "--answer_extractor",
+        default="auto",
+        choices=["auto", "toy", "math", "none"],
+        help="How maj@k reads a sample's final answer: auto picks it from the reward function (toy_accuracy -> toy, "
+        "math_accuracy / accuracy_reward -> math); none skips maj@k.",
+    )
+    parser.add_argument(
+        "--confidence_level",
+        type=float,
+        default=0.95,
+        help="Level of the percentile-bootstrap intervals over problems (drawn as bands); 0 turns them off.",
+    )
+    parser.add_argument("--bootstrap_resamples", type=int, default=1000, help="Bootstrap resamples of the problems.")
+    parser.add_argument(
+        "--plot_metric",
+        default="pass@",
+        choices=["pass@", "pass^", "maj@"],
+        help="The curve to plot: pass@k (any of k correct), pass^k (all k correct) or maj@k (majority vote correct).",
+    )
     parser.add_argument("--output_dir", default="pass_at_k", help="Where pass_at_k.json and pass_at_k.png go.")
     parser.add_argument("--no_plot", action="store_true", help="Write the JSON only.")
     return parser
@@ -61,6 +81,10 @@ def _save_atomically(results, path: str) -> None:
 
 def cli_main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
+    if not (args.confidence_level == 0 or 0 < args.confidence_level < 1):
+        return fail(PROG, f"--confidence_level must be in (0, 1), or 0 for no intervals; got {args.confidence_level}.")
+    if args.bootstrap_resamples < 1:
+        return fail(PROG, f"--bootstrap_resamples must be at least 1, got {args.bootstrap_resamples}.")
     if args.labels is not None and len(args.labels) != len(args.model):
         return fail(PROG, f"--labels needs one name per --model ({len(args.model)}), got {len(args.labels)}.")
     if not args.no_plot:
@@ -114,6 +138,9 @@ def cli_main(argv: list[str] | None = None) -> int:
                 seed=args.seed,
                 num_problems=args.num_problems,
                 label=label,
+                answer_extractor=None if args.answer_extractor == "none" else args.answer_extractor,
+                confidence_level=args.confidence_level or None,
+                bootstrap_resamples=args.bootstrap_resamples,
             )
         except Exception as error:  # noqa: BLE001 -- one model's failure must not discard the others' results
             failures.append(label)
@@ -122,11 +149,15 @@ def cli_main(argv: list[str] | None = None) -> int:
         results.append(result)
         _save_atomically(results, json_path)
         summary = "  ".join(f"pass@{k}={100 * v:.2f}" for k, v in result.pass_at_k.items())
+        if result.pass_hat_k:
+            summary += "  " + "  ".join(f"pass^{k}={100 * v:.2f}" for k, v in result.pass_hat_k.items())
+        if result.maj_at_k:
+            summary += "  " + "  ".join(f"maj@{k}={100 * v:.2f}" for k, v in result.maj_at_k.items())
         print(f"{result.label}: {summary}  (saved to {json_path})", flush=True)
     if results and not args.no_plot:
         from ..evaluation.plotting import plot_pass_at_k
 
-        png_path = plot_pass_at_k(results, os.path.join(args.output_dir, "pass_at_k.png"))
+        png_path = plot_pass_at_k(results, os.path.join(args.output_dir, "pass_at_k.png"), metric=args.plot_metric)
         print(f"wrote {png_path}")
     if failures:
         kept = f"; the results of the others are in {json_path}" if results else ""
