@@ -37,8 +37,10 @@ class RewardFunctionError(RuntimeError):
 
 
 def shorten(text, limit: int = 160) -> str:
-    """``repr`` of a completion cut to about ``limit`` characters (head and tail kept, total length stated)."""
-    text = text if isinstance(text, str) else repr(text)
+    """``repr`` of a completion (or any value) cut to about ``limit`` characters, with the total length stated."""
+    if not isinstance(text, str):
+        text = repr(text)
+        return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
     if len(text) <= limit:
         return repr(text)
     head, tail = text[: limit * 2 // 3], text[-(limit // 3) :]
