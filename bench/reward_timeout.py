@@ -54,47 +54,55 @@ def main():
     from trl_rlvr_ext.rewards.timeout import TimeoutPool
     from trl_rlvr_ext.rewards.toy import toy_accuracy_reward
 
-    completions, answers = ordinary_batch(args.batch, args.seed)
     toy_completions = [f"[{a}]" if i % 2 else f"[{a}1]" for i, a in enumerate(range(args.batch))]
     toy_answers = [str(a) for a in range(args.batch)]
     guarded_toy = guard_reward_func(toy_accuracy_reward)
-
     one_worker = TimeoutPool(
         workers=1, preload=(math_reward._quiet_math_verify,), warmup=math_reward._math_pool()._warmup
     )
 
-    def bounded_one_worker():
-        return [
-            r if not isinstance(r, Exception) else None
-            for r in one_worker.map(
-                math_reward.score_math_answer, list(zip(completions, answers)), math_reward.DEFAULT_REWARD_TIMEOUT
-            )
-        ]
+    def bounded_one_worker(completions, answers):
+        rows = list(zip(completions, answers))
+        return one_worker.map(math_reward.score_math_answer, rows, math_reward.DEFAULT_REWARD_TIMEOUT)
 
     arms = {
-        "math direct (today)": lambda: math_reward.math_accuracy_reward(
-            completions, answer=answers, reward_timeout=None
-        ),
-        "math bounded, 2 workers (default)": lambda: math_reward.math_accuracy_reward(completions, answer=answers),
+        "math direct (today)": lambda c, a: math_reward.math_accuracy_reward(c, answer=a, reward_timeout=None),
+        "math bounded, 2 workers (default)": lambda c, a: math_reward.math_accuracy_reward(c, answer=a),
         "math bounded, 1 worker": bounded_one_worker,
-        "toy direct": lambda: toy_accuracy_reward(completions=toy_completions, answer=toy_answers),
-        "toy guarded": lambda: guarded_toy(prompts=[""] * args.batch, completions=toy_completions, answer=toy_answers),
+        "toy direct": lambda c, a: toy_accuracy_reward(completions=toy_completions, answer=toy_answers),
+        "toy guarded": lambda c, a: guarded_toy(
+            prompts=[""] * args.batch, completions=toy_completions, answer=toy_answers
+        ),
     }
-    reference = arms["math direct (today)"]()
-    for name, arm in arms.items():  # warm-up (worker start, imports, caches), and the same scores everywhere
-        result = arm()
-        if name.startswith("math"):
-            assert result == reference, f"{name} scores differ from the direct call"
-
+    # Warm-up (worker start, imports) on a batch of its own; each round then scores a fresh batch (training never
+    # repeats completions, so no arm profits from caches warmed by the previous round), the same for every arm.
+    for arm in arms.values():
+        arm(*ordinary_batch(args.batch, args.seed - 1))
     times = {name: [] for name in arms}
-    for _ in range(args.rounds):
+    for round_index in range(args.rounds):
+        completions, answers = ordinary_batch(args.batch, args.seed + round_index)
+        scores = {}
         for name, arm in arms.items():
             start = time.perf_counter()
-            arm()
+            scores[name] = arm(completions, answers)
             times[name].append(time.perf_counter() - start)
+        assert (
+            scores["math bounded, 2 workers (default)"]
+            == scores["math bounded, 1 worker"]
+            == scores["math direct (today)"]
+        ), "the bounded reward scored an ordinary completion differently"
     one_worker.close()
 
     medians = {name: statistics.median(values) for name, values in times.items()}
+    pool = TimeoutPool(workers=1)
+    pool.map(abs, [(0,)], 10.0)
+    round_trips = []
+    for _ in range(args.rounds):
+        start = time.perf_counter()
+        pool.map(abs, [(i,) for i in range(args.batch)], 10.0)
+        round_trips.append(time.perf_counter() - start)
+    pool.close()
+    print(f"pipe round trip alone (abs): {statistics.median(round_trips) / args.batch * 1e6:.0f} us per completion")
     print(f"batch of {args.batch} completions, {args.rounds} interleaved rounds, median seconds per call")
     for name, median in medians.items():
         base = medians["math direct (today)" if name.startswith("math") else "toy direct"]
@@ -104,7 +112,7 @@ def main():
     score = math_reward.math_accuracy_reward(["\\boxed{9^{9^{9^{9^{9}}}}}"], answer=["3"], reward_timeout=1.0)
     print(f"power tower at reward_timeout=1: scored {score} in {time.perf_counter() - start:.2f} s (call returns)")
     start = time.perf_counter()
-    math_reward.math_accuracy_reward(completions, answer=answers)
+    math_reward.math_accuracy_reward(*ordinary_batch(args.batch, args.seed))
     print(f"next ordinary call (while the killed worker is replaced): {time.perf_counter() - start:.2f} s")
 
 
