@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,17 @@ def _running(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_timeout_pool_reports_a_task_function_the_workers_cannot_import():
+    module = types.ModuleType("module_only_in_the_parent")
+    exec("def f():\n    return 1", module.__dict__)  # noqa: S102 - a function whose module the workers cannot import
+    sys.modules[module.__name__] = module
+    pool = TimeoutPool(workers=1)
+    try:
+        (result,) = pool.map(module.f, [()], timeout=30)
+        assert isinstance(result, TaskError) and "No module named 'module_only_in_the_parent'" in str(result)
+        assert pool.map(abs, [(-4,)], timeout=30) == [4]  # the worker survived it
+    finally:
+        pool.close()
+        del sys.modules[module.__name__]

@@ -1,5 +1,6 @@
 """A verifiable math-answer reward built on math-verify (``pip install "trl-rlvr-ext[math]"``)."""
 
+import importlib.util
 import logging
 import threading
 from collections.abc import Callable
@@ -21,14 +22,18 @@ def _completion_text(completion) -> str:
     raise TypeError(f"Expected a string or a list of messages as completion, got {type(completion).__name__}.")
 
 
-def _import_math_verify():
-    try:
-        import latex2sympy2_extended  # noqa: F401
-        import math_verify  # noqa: F401
-    except ImportError as error:
+def _check_math_verify_installed():
+    # find_spec, not import: with the worker pool, sympy and math-verify are only needed in the workers
+    if importlib.util.find_spec("math_verify") is None or importlib.util.find_spec("latex2sympy2_extended") is None:
         raise ImportError(
             "math_accuracy_reward needs math-verify: install it with `pip install 'trl-rlvr-ext[math]'`."
-        ) from error
+        )
+
+
+def _import_math_verify():
+    _check_math_verify_installed()
+    import latex2sympy2_extended  # noqa: F401
+    import math_verify  # noqa: F401
 
 
 def _quiet_math_verify():
@@ -101,7 +106,7 @@ def math_accuracy_reward(
     ``reward_timeout=None`` verifies in this process instead, with math-verify's own signal-based timeouts on the
     main thread only and no bound elsewhere (the behaviour before bounded rewards).
     """
-    _import_math_verify()
+    _check_math_verify_installed()
     gold_column = answer if answer is not None else solution
     if gold_column is None:
         raise ValueError(

@@ -14,6 +14,7 @@ elsewhere), so a training run killed with SIGKILL leaves no verifier spinning on
 
 import atexit
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -89,10 +90,11 @@ def _worker_main(inbox: Connection, outbox: Connection) -> None:
     outbox.send(("ready", None))
     while True:
         try:
-            fn, args = inbox.recv()
-        except (EOFError, OSError):
+            message = inbox.recv_bytes()
+        except (EOFError, OSError):  # the parent closed the pipe, or died
             return
         try:
+            fn, args = pickle.loads(message)  # inside the try: an unimportable `fn` is the task's error
             outbox.send(("ok", fn(*args)))
         except BaseException:  # noqa: BLE001 - one task's failure must not end the worker
             outbox.send(("error", traceback.format_exc()))
