@@ -34,10 +34,13 @@ def grpo_reward(completions, curation_row, trainer_state, **kwargs):
     """Dense, prompt-dependent, and sometimes 1.0 (so curation's correctness test has both outcomes)."""
     if trainer_state is not None and trainer_state.global_step == _kill_at():
         _kill_here()  # mid-step: after the checkpoint at `global_step`, while generating the next step's batch
-    return [float((row + sum(map(ord, c))) % 3 == 0) + len(c) / 100 for row, c in zip(curation_row, completions)]
+    return [
+        float((row + sum(map(ord, c))) % 3 == 0) + sum(map(ord, c)) % 7 / 10
+        for row, c in zip(curation_row, completions)
+    ]
 
 
-def run_grpo(model_path: str, output_dir: str, max_steps: int, resume: str | None):
+def run_grpo(model_path: str, output_dir: str, max_steps: int, resume: str | None, curation: str):
     from datasets import Dataset
 
     from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
@@ -61,8 +64,9 @@ def run_grpo(model_path: str, output_dir: str, max_steps: int, resume: str | Non
         epsilon=0.2,
         epsilon_high=0.28,
         clip_recovery="nsr",
-        curation="pass_rate",
+        curation=curation,
         curation_correct_threshold=1.0,
+        curation_self_recheck_steps=2,
     )
     dataset = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(8)]})
     trainer = RLVRGRPOTrainer(model=model_path, reward_funcs=grpo_reward, args=args, train_dataset=dataset)
@@ -126,9 +130,10 @@ if __name__ == "__main__":
     kind, model_path, output_dir, *rest = sys.argv[1:]
     if kind == "curate":
         run_curate(model_path, output_dir)
-    else:
-        max_steps, resume = int(rest[0]), (rest[1] if len(rest) > 1 else None)
-        {"grpo": run_grpo, "isdpo": run_isdpo}[kind](model_path, output_dir, max_steps, resume)
+    elif kind == "isdpo":
+        run_isdpo(model_path, output_dir, int(rest[0]), rest[1] if len(rest) > 1 else None)
+    else:  # grpo-<curation mode>
+        run_grpo(model_path, output_dir, int(rest[0]), rest[1] if len(rest) > 1 else None, kind.split("-", 1)[1])
     sys.exit(0)
 
 
@@ -174,12 +179,13 @@ def _drop_timing(log: dict) -> dict:
 
 
 @pytest.mark.slow
-def test_grpo_with_nsr_and_curation_survives_sigkill(tiny_model_path, tmp_path):
-    full, killed = tmp_path / "full", tmp_path / "killed"
-    _ok(_run(["grpo", tiny_model_path, full, 4]))
-    _killed(_run(["grpo", tiny_model_path, killed, 4], kill_at=2))  # dies in step 3, after checkpoint-2
+@pytest.mark.parametrize("curation", ["pass_rate", "self"])
+def test_grpo_with_nsr_and_curation_survives_sigkill(tiny_model_path, tmp_path, curation):
+    full, killed, kind = tmp_path / "full", tmp_path / "killed", f"grpo-{curation}"
+    _ok(_run([kind, tiny_model_path, full, 4]))
+    _killed(_run([kind, tiny_model_path, killed, 4], kill_at=2))  # dies in step 3, after checkpoint-2
     assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2"]
-    _ok(_run(["grpo", tiny_model_path, killed, 4, killed / "checkpoint-2"]))
+    _ok(_run([kind, tiny_model_path, killed, 4, killed / "checkpoint-2"]))
 
     _same_weights(full / "checkpoint-2", killed / "checkpoint-2")
     _same_weights(full / "checkpoint-4", killed / "checkpoint-4")  # the same parameters after 2 more steps

@@ -7,6 +7,7 @@ hung verifier would also stall a ``Thread.join(timeout)`` in the test process it
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -190,3 +191,25 @@ def test_timeout_pool_reports_a_task_function_the_workers_cannot_import():
     finally:
         pool.close()
         del sys.modules[module.__name__]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_bounded_in_two_process_training(tiny_model_path, tmp_path):
+    """torchrun with 2 CPU processes: every completion of both ranks times out, training goes on, and the gathered
+    `rewards/timeouts` metric counts them (4 completions per rank and call)."""
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable)) or shutil.which("torchrun")
+    assert torchrun is not None, "torchrun not found next to the test interpreter"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "ACCELERATE_USE_CPU": "1"}
+    script = ROOT / "tests" / "distributed" / "rewards_ddp.py"
+    command = [torchrun, "--standalone", "--nproc_per_node", "2", str(script), tiny_model_path, str(tmp_path)]
+    try:
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("two-process training with a pathological reward input hung")
+    assert proc.returncode == 0, f"torchrun failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    ranks = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in (0, 1)]
+    for rank in ranks:
+        assert rank["world_size"] == 2
+        assert rank["timeouts"] == [4.0, 4.0] and rank["reward_mean"] == [0.0, 0.0]
+        assert rank["seconds"] < 120
