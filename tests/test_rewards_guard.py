@@ -169,7 +169,7 @@ def test_guard_rejects_an_unknown_mode():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"reward_on_error": "skip"}, "reward_on_error='skip' is not supported"),
+        ({"reward_on_error": "skip"}, r"reward_on_error='skip' is not supported. Use one of \['raise', 'zero'\]"),
         ({"reward_timeout": 0}, "reward_timeout must be a number of seconds > 0"),
         ({"reward_timeout": -1.0}, "reward_timeout must be a number of seconds > 0"),
     ],

@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 from fixtures.hostile_completions import GOLD, MEGABYTE, hostile_completions
 
-from trl_rlvr_ext.rewards import get_reward_func
-
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ["toy_accuracy", "math_accuracy"]  # the reward functions this package defines (the rest are TRL's)
@@ -79,4 +77,3 @@ def test_shipped_rewards_survive_the_hostile_corpus(name):
         else:  # the verifier's reading of the odd but honest ones
             assert scores["answer_repeated_1000_times"] == 1.0
             assert scores["power_tower"] == scores["factorial_tower"] == scores["deeply_nested_frac"] == 0.0
-    assert get_reward_func(name).__name__.endswith("_reward")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from ..lora_init.config import LoraInitArguments
+from ..rewards.guard import REWARD_ON_ERROR_MODES
 
 
 # Loss types whose surrogate is PPO's hard clip min(r·A, clip(r)·A): the only ones with a clip to recover from.
@@ -184,7 +185,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         metadata={
             "help": "A reward function that raises (or returns NaN / a non-number) on a completion: 'raise' fails the "
             "step naming the function, row and completion; 'zero' scores the row 0.0 and counts it (rewards/errors).",
-            "choices": ["raise", "zero"],
+            "choices": list(REWARD_ON_ERROR_MODES),
         },
     )
 
@@ -239,8 +240,10 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             self.curation_seed = self.seed
 
     def _check_reward_guard(self):
-        if self.reward_on_error not in ("raise", "zero"):
-            raise ValueError(f"reward_on_error={self.reward_on_error!r} is not supported. Use 'raise' or 'zero'.")
+        if self.reward_on_error not in REWARD_ON_ERROR_MODES:
+            raise ValueError(
+                f"reward_on_error={self.reward_on_error!r} is not supported. Use one of {list(REWARD_ON_ERROR_MODES)}."
+            )
         if self.reward_timeout is not None and not self.reward_timeout > 0:
             raise ValueError(
                 f"reward_timeout must be a number of seconds > 0, or None to verify without a bound; got "
