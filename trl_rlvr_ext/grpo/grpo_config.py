@@ -12,6 +12,7 @@ from ..curation.samplers import CURATION_MODES as CURATION_SAMPLER_MODES
 from ..curation.samplers import PASS_RATE_TARGETS
 from ..lora_init.config import LoraInitArguments
 from ..losses.clip_recovery import CLIP_RECOVERY_FUNCTION_MODES
+from ..rewards.guard import REWARD_ON_ERROR_MODES
 
 
 # Loss types whose surrogate is PPO's hard clip min(r·A, clip(r)·A): the only ones with a clip to recover from.
@@ -100,6 +101,17 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         lora_init_kwargs (`dict`, *optional*):
             Options of the init: `solver`, `oversampling`, `niter`, `seed` (defaults to `seed`), `requantize`,
             `show_progress`, `initial_adapter_dir`, `save_initial_adapter`. See `trl_rlvr_ext.lora_init`.
+
+        reward_timeout (`float` or `None`, *optional*, defaults to `10.0`):
+            Seconds a verifier may spend on one completion before the completion is scored 0.0 (counted in the
+            `rewards/timeouts` metric). Passed to every reward function that accepts a `reward_timeout` keyword, such
+            as `trl_rlvr_ext.rewards.math.math_accuracy_reward`, which then verifies in worker processes that are
+            killed on time, on any thread. `None`: verify in-process, unbounded off the main thread.
+        reward_on_error (`str`, *optional*, defaults to `"raise"`):
+            What a reward function's failure on one completion does. `"raise"`: fail the step with an error naming
+            the reward function, the row and the completion. `"zero"`: score the rows that raise (or return NaN,
+            infinity or a non-number) 0.0, go on, and count them in the `rewards/errors` metric. See
+            `trl_rlvr_ext.rewards.guard`.
     """
 
     # ---------------------------------------------------------------- Stochastic clip recovery (NSR)
@@ -178,11 +190,30 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         default=None, metadata={"help": "Seed of the curation sampler's generator. Defaults to `seed`."}
     )
 
+    # ---------------------------------------------------------------- Reward guard (time bound, failing rows)
+    reward_timeout: float | None = field(
+        default=10.0,
+        metadata={
+            "help": "Seconds a verifier may spend on one completion before it is scored 0.0 (logged as "
+            "rewards/timeouts); passed to reward functions with a `reward_timeout` keyword (math_accuracy). None: "
+            "verify in-process, unbounded off the main thread."
+        },
+    )
+    reward_on_error: str = field(
+        default="raise",
+        metadata={
+            "help": "A reward function that raises (or returns NaN / a non-number) on a completion: 'raise' fails the "
+            "step naming the function, row and completion; 'zero' scores the row 0.0 and counts it (rewards/errors).",
+            "choices": list(REWARD_ON_ERROR_MODES),
+        },
+    )
+
     def __post_init__(self):
         super().__post_init__()
         self._check_clip_recovery()
         self._check_curation()
         self._check_lora_init()
+        self._check_reward_guard()
 
     def _check_clip_recovery(self):
         if self.clip_recovery not in CLIP_RECOVERY_MODES:
@@ -256,3 +287,14 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             )
         if self.curation != "none" and self.curation_seed is None:
             self.curation_seed = self.seed
+
+    def _check_reward_guard(self):
+        if self.reward_on_error not in REWARD_ON_ERROR_MODES:
+            raise ValueError(
+                f"reward_on_error={self.reward_on_error!r} is not supported. Use one of {list(REWARD_ON_ERROR_MODES)}."
+            )
+        if self.reward_timeout is not None and not self.reward_timeout > 0:
+            raise ValueError(
+                f"reward_timeout must be a number of seconds > 0, or None to verify without a bound; got "
+                f"{self.reward_timeout!r}."
+            )

@@ -12,6 +12,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import nanmax, nanmin
 
 from ..losses.clip_recovery import clip_recovery_objective
+from ..rewards.guard import guard_reward_funcs
 from .curation_mixin import CurationMixin
 from .grpo_config import CLIPPED_LOSS_TYPES, RLVRGRPOConfig
 
@@ -47,6 +48,9 @@ class RLVRGRPOTrainer(CurationMixin, GRPOTrainer):
             from ..lora_init.integration import apply_lora_init_to_trainer_arguments
 
             model, kwargs = apply_lora_init_to_trainer_arguments(model, args, kwargs)
+        # Reward guard: bounded verifier time, and errors that name the reward, row and completion. A well-behaved
+        # reward's output passes through untouched, under its own name (trl_rlvr_ext.rewards.guard).
+        reward_funcs = guard_reward_funcs(reward_funcs, on_error=args.reward_on_error, timeout=args.reward_timeout)
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self._recovery_generator = None
 
