@@ -239,3 +239,22 @@ def test_trainer_logs_reward_timeouts(tiny_model_path, tmp_path):
     (log,) = [log for log in trainer.state.log_history if "loss" in log]
     assert log["rewards/timeouts"] == 1.0
     assert log["rewards/tower_on_first/mean"] == 7 / 8
+
+
+def test_a_missing_reward_dependency_fails_when_the_trainer_is_built(tiny_model_path, tmp_path, monkeypatch):
+    import importlib.util
+
+    from trl_rlvr_ext.rewards import get_reward_func
+    from trl_rlvr_ext.rewards.math import math_accuracy_reward
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "math_verify" else real_find_spec(name, *a)
+    )
+    with pytest.raises(ImportError, match=r"pip install 'math-verify>=0\.8'"):
+        get_reward_func("math_accuracy")
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path))
+    with pytest.raises(ImportError, match="math_accuracy_reward needs math-verify"):
+        RLVRGRPOTrainer(
+            model=tiny_model_path, reward_funcs=math_accuracy_reward, args=args, train_dataset=prompt_dataset()
+        )

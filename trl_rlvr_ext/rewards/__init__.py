@@ -41,6 +41,9 @@ def get_reward_func(name: str) -> Callable:
         raise ValueError(f"Module {module_name!r} has no reward function {attribute!r} (from {name!r}).") from error
     if not callable(func):
         raise TypeError(f"{name!r} resolved to {func!r}, which is not callable.")
+    from .guard import check_dependencies
+
+    check_dependencies(func)  # a missing optional dependency fails at lookup, with its install hint
     return func
 
 

@@ -80,6 +80,14 @@ def _completion_of(kwargs: dict, row: int):
     return completion
 
 
+def check_dependencies(func: Callable) -> None:
+    """Run the reward's own dependency check, if it has one (a ``check_dependencies`` attribute raising ImportError
+    with the install hint): the shipped rewards with optional dependencies carry one."""
+    check = getattr(func, "check_dependencies", None)
+    if callable(check):
+        check()
+
+
 class GuardedReward:
     """A reward function with checked outputs and errors that name the function, row and completion.
 
@@ -93,6 +101,8 @@ class GuardedReward:
     def __init__(self, func: Callable, on_error: str = "raise", timeout: float | None = None):
         if on_error not in REWARD_ON_ERROR_MODES:
             raise ValueError(f"on_error={on_error!r} is not supported. Use one of {list(REWARD_ON_ERROR_MODES)}.")
+        # A reward with an optional dependency fails here, when the trainer is built, not at its first call in train()
+        check_dependencies(func)
         self.func, self.on_error, self.timeout = func, on_error, timeout
         self._passes_timeout = _takes_timeout(func)
         # TRL names a reward's metrics after `__name__`: keep the wrapped function's

@@ -139,3 +139,7 @@ def math_accuracy_reward(
     if log_metric is not None:
         log_metric("rewards/timeouts", float(timeouts))
     return rewards
+
+
+# Checked when the trainer is built (trl_rlvr_ext.rewards.guard) and when the reward is looked up by name.
+math_accuracy_reward.check_dependencies = _check_math_verify_installed
