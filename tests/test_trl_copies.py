@@ -26,7 +26,7 @@ VERSION_PACKAGES = sorted(set(TRL_COPIES.values()))
 UPSTREAM = {"grpo": GRPOTrainer, "dpo": DPOTrainer}
 # (copy, method) -> the marked blocks it must hold, per feature
 EXPECTED_BLOCKS = {
-    ("grpo", "_compute_loss"): {"clip-recovery": 2},
+    ("grpo", "_compute_loss"): {"clip-recovery": 3},
     ("dpo", "_compute_loss"): {"IS-DAA": 4},
 }
 

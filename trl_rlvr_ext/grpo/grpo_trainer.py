@@ -91,8 +91,9 @@ class RLVRGRPOTrainer(CurationMixin, GRPOTrainer):
             self._recovery_generator = None
 
     def _clip_recovery_loss(self, ratio: torch.Tensor, advantages: torch.Tensor):
-        """The per-token loss of PPO's clipped objective with clip recovery, and the rescue masks: the marked block in
-        the copy of TRL's `_compute_loss` replaces TRL's `-min(r·A, clip(r)·A)` with it."""
+        """The per-token loss of PPO's clipped objective with clip recovery, and the rescue masks. The marked blocks in
+        the copy of TRL's `_compute_loss` compute it from TRL's ratio before TRL's own `-min(r·A, clip(r)·A)` and put
+        it in its place (computed there, so that autograd sums the gradients in the same order as TRL)."""
         surrogate, recovery_masks = clip_recovery_objective(
             ratio,
             advantages,

@@ -106,6 +106,9 @@ class GRPOTrainerCopy:
             clamped_ratios = torch.clamp(coef_1, max=self.epsilon_high).detach()
             per_token_loss = -clamped_ratios * advantages * per_token_logps
         elif self.loss_type in ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"]:
+            # --- clip-recovery begin
+            recovered_loss, recovery_masks = self._clip_recovery_loss(coef_1, advantages)
+            # --- clip-recovery end
             coef_2 = torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)
             # Two-sided clipping
             if self.args.delta is not None:
@@ -115,7 +118,7 @@ class GRPOTrainerCopy:
             per_token_loss2 = coef_2 * advantages
             per_token_loss = -torch.min(per_token_loss1, per_token_loss2)
             # --- clip-recovery begin
-            per_token_loss, recovery_masks = self._clip_recovery_loss(torch.exp(log_importance_weights), advantages)
+            per_token_loss = recovered_loss
             # --- clip-recovery end
         elif self.loss_type == "sapo":
             temperatures = torch.where(advantages > 0, self.args.sapo_temperature_pos, self.args.sapo_temperature_neg)
