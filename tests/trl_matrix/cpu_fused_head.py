@@ -1,11 +1,11 @@
-"""pytest plugin of the TRL matrix, loaded only for TRL 1.15 on a machine without Triton (``-p cpu_fused_head``).
+"""pytest plugin of the TRL matrix (``-p cpu_fused_head``): TRL 1.15's fused LM head on machines without Triton.
 
 TRL 1.15.0 always runs its fused LM head (GRPO and DPO alike), whose autograd function is Triton-only: on a CPU-only
 machine both stock TRL and our trainers fail with ``'NoneType' object has no attribute 'apply'``. TRL 1.16.0 ships the
 same autograd function (same arguments, same outputs) with a PyTorch fallback. This plugin loads that file from the
 main environment's TRL 1.16 (the matrix venv sees it behind its own TRL 1.15) and plugs it into TRL 1.15, for stock TRL
 and our trainers alike: the equivalence tests then still compare our code with TRL 1.15's trainer code, on a numerical
-kernel shared by both. It changes nothing when TRL 1.15's own kernel is available.
+kernel shared by both. It changes nothing where the kernel is available, nor on TRL releases without a fused head.
 """
 
 import importlib.util
@@ -35,5 +35,5 @@ def _torch_chunked_logprob_function():
     )
 
 
-if trl_utils._ChunkedLogProbFunction is None:
+if "_ChunkedLogProbFunction" in vars(trl_utils) and trl_utils._ChunkedLogProbFunction is None:
     trl_utils._ChunkedLogProbFunction = _torch_chunked_logprob_function()
