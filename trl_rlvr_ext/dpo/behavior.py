@@ -9,7 +9,6 @@ reference log-probabilities (same tokenisation, same collator and truncation, sa
 with the reference model reproduces TRL's precomputed ``ref_*_logps``.
 """
 
-import contextlib
 import math
 import os
 import types
@@ -18,6 +17,8 @@ from collections.abc import Sequence
 import torch
 from datasets import Dataset, DatasetDict, IterableDataset, load_from_disk
 from tqdm.auto import tqdm
+
+from .._trl.ref_logps import dpo_reference_token_logps
 
 
 BEHAVIOR_CHOSEN_COLUMN = "behavior_chosen_logps"
@@ -120,24 +121,6 @@ def validate_behavior_columns(dataset, dataset_name: str = "train"):
 
 
 # ---------------------------------------------------------------- scoring
-@contextlib.contextmanager
-def _fused_log_probs(model):
-    """Give ``model`` TRL's fused log-prob head for the duration of the block, then restore its forward."""
-    from accelerate.utils import is_peft_model
-    from trl.trainer.utils import add_fused_lm_head
-
-    target = model.get_base_model() if is_peft_model(model) else model
-    previous = target.__dict__.get("forward")
-    add_fused_lm_head(target)
-    try:
-        yield
-    finally:
-        if previous is None:
-            del target.forward
-        else:
-            target.forward = previous
-
-
 def _tokenize_like_dpo(dataset: Dataset, tokenizer, dataset_num_proc: int | None) -> Dataset:
     """TRL's own `DPOTrainer._prepare_dataset` (prompt extraction, EOS, tokenisation), without its length filter.
 
@@ -234,20 +217,11 @@ def score_behavior_logps(
     model.eval()
     chosen_logps, rejected_logps = [], []
     try:
-        with _fused_log_probs(model), torch.no_grad():
+        # As the installed TRL's `DPOTrainer.compute_ref_log_probs`: sum the per-token log-probs of the completions
+        with dpo_reference_token_logps(model) as token_logps, torch.no_grad():
             for batch in tqdm(loader, desc="Scoring behaviour log-probs", disable=not show_progress):
                 batch = {key: value.to(device) for key, value in batch.items()}
-                completion_mask = batch["completion_mask"]
-                labels = batch["input_ids"].masked_fill(completion_mask == 0, -100)
-                # As TRL's `DPOTrainer.compute_ref_log_probs`: sum the per-token log-probs of the completion tokens
-                outputs = model(
-                    input_ids=batch["input_ids"],
-                    attention_mask=batch["attention_mask"],
-                    labels=labels,
-                    use_cache=False,
-                    fused_lm_head=True,
-                )
-                per_token_logps = outputs.log_probs[:, -(completion_mask.size(1) - 1) :]
+                per_token_logps = token_logps(batch)
                 chosen, rejected = per_token_logps.sum(dim=1).float().cpu().chunk(2, dim=0)
                 chosen_logps.append(chosen)
                 rejected_logps.append(rejected)

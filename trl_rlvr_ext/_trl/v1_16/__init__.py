@@ -1,0 +1,1 @@
+"""Copies of TRL 1.16.0 methods (see `trl_rlvr_ext._trl`)."""
