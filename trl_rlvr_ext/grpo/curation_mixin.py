@@ -38,9 +38,9 @@ from ..curation.controller import (
     CurationController,
     resolve_reward_index,
     select_rows,
+    sequence_scale,
     window_row_counts,
 )
-from ..curation.controller import sequence_scale as _sequence_scale
 from ..curation.greedy import FusedGreedy, GreedyRows, SeparateGreedy, grade_sharded
 from ..evaluation.generation import call_reward_func, decode_completions, is_conversational_prompt
 from .checkpoint_state import CheckpointState, CheckpointStateMixin
@@ -296,34 +296,42 @@ class CurationMixin(CheckpointStateMixin):
 
     # ------------------------------------------------------------------ scoring
     def _generate_and_score_completions(self, inputs):
-        controller = self._curation
-        if controller is None or not self.model.training:
+        if self._curation is None or not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        if "image" in inputs[0] or "images" in inputs[0]:
-            raise ValueError("Curation does not support multimodal prompts; set curation='none'.")
-        rows = [controller.row(x) for x in inputs]
-        batch = controller.begin_batch(gather_object(rows), self.state.global_step)  # global batch, `gather` order
+        batch = self._curation_begin_batch(inputs)
         try:
-            if controller.mode == "self":
-                batch.greedy_strategy = self._curation_greedy_strategy()
-                batch.greedy_strategy.begin(self._curation_greedy_host, batch, rows, inputs)
             output = super()._generate_and_score_completions(inputs)
         finally:
-            controller.close_batch()
-        self._curation_log(controller.batch_metrics(batch))
-        if batch.keep is None:
-            return output
+            self._curation.close_batch()
+        self._curation_log(self._curation.batch_metrics(batch))
+        return output if batch.keep is None else self._curation_add_keep_mask(output, batch.keep, len(inputs))
+
+    def _curation_begin_batch(self, inputs: list[dict]):
+        """Open the controller's record of this generation batch and start SELF's greedy check on it."""
+        if "image" in inputs[0] or "images" in inputs[0]:
+            raise ValueError("Curation does not support multimodal prompts; set curation='none'.")
+        controller = self._curation
+        rows = [controller.row(x) for x in inputs]
+        batch = controller.begin_batch(gather_object(rows), self.state.global_step)  # global batch, `gather` order
+        if controller.mode == "self":
+            try:
+                batch.greedy_strategy = self._curation_greedy_strategy()
+                batch.greedy_strategy.begin(self._curation_greedy_host, batch, rows, inputs)
+            except BaseException:
+                controller.close_batch()
+                raise
+        return batch
+
+    def _curation_add_keep_mask(self, output: dict, keep, num_local: int) -> dict:
+        """This process's rows of SELF's keep mask, and GRPO's token normaliser (dapo / cispo / vespo) over the kept
+        completions of the whole generation batch."""
         rank = self.accelerator.process_index
-        local_keep = torch.as_tensor(
-            batch.keep[rank * len(inputs) : (rank + 1) * len(inputs)], device=self.accelerator.device
-        )
+        local_keep = torch.as_tensor(keep[rank * num_local : (rank + 1) * num_local], device=self.accelerator.device)
         output[KEEP_KEY] = local_keep
         mask = output["completion_mask"]
         if "tool_mask" in output:
             mask = mask * output["tool_mask"]
-        kept_tokens = (mask * local_keep.unsqueeze(1)).sum()
-        # GRPO's token normaliser (dapo / cispo / vespo) over the kept completions of the whole generation batch
-        output["num_items_in_batch"] = self.accelerator.gather(kept_tokens).sum()
+        output["num_items_in_batch"] = self.accelerator.gather((mask * local_keep.unsqueeze(1)).sum()).sum()
         return output
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -360,6 +368,14 @@ class CurationMixin(CheckpointStateMixin):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self._curation is None or KEEP_KEY not in inputs:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        inputs, factor = self._curation_kept_micro_batch(inputs)
+        with self._curation_metrics_discarded(factor == 0.0):
+            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        return loss if factor == 1.0 else loss * factor
+
+    def _curation_kept_micro_batch(self, inputs: dict) -> tuple[dict, float]:
+        """The kept rows of a micro-batch, padded to the common count of the processes, and the factor of its loss:
+        0 when no process kept a row, the window factor for the sequence-averaged losses, else 1."""
         keep = inputs[KEEP_KEY]
         window_rows = inputs.get(WINDOW_ROWS_KEY)
         inputs = {k: v for k, v in inputs.items() if k not in (KEEP_KEY, WINDOW_ROWS_KEY)}
@@ -375,28 +391,29 @@ class CurationMixin(CheckpointStateMixin):
         self._curation.record_micro_batch(target)
         if target == 0:
             # No rank kept a row: still run forward and backward on one loss-free row (DDP all-reduces gradients
-            # from every rank), and discard its metrics.
-            metrics = self._metrics["train"]
-            lengths = {key: len(values) for key, values in metrics.items()}
-            batch = select_rows(inputs, index, num_padding=1)
-            loss = super().compute_loss(model, batch, return_outputs, num_items_in_batch) * 0.0
+            # from every rank), with a zero factor.
+            return select_rows(inputs, index, num_padding=1), 0.0
+        factor = 1.0
+        if self._curation_sequence_averaged and self.model.training:
+            factor = sequence_scale(
+                target, self.current_gradient_accumulation_steps, self.accelerator.num_processes, window_rows
+            )
+        if num_kept == keep.numel() and target == num_kept:
+            return inputs, factor
+        return select_rows(inputs, index, num_padding=target - num_kept), factor
+
+    @contextlib.contextmanager
+    def _curation_metrics_discarded(self, discard: bool):
+        """Drop the metrics TRL's loss logs inside the block (those of a micro-batch that kept no row)."""
+        metrics = self._metrics["train"]
+        lengths = {key: len(values) for key, values in metrics.items()}
+        yield
+        if discard:
             for key in list(metrics):
                 if key not in lengths:
                     del metrics[key]
                 else:
                     del metrics[key][lengths[key] :]
-            return loss
-        scale = 1.0
-        if self._curation_sequence_averaged and self.model.training:
-            scale = _sequence_scale(
-                target, self.current_gradient_accumulation_steps, self.accelerator.num_processes, window_rows
-            )
-        if num_kept == keep.numel() and target == num_kept:
-            loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        else:
-            batch = select_rows(inputs, index, num_padding=target - num_kept)
-            loss = super().compute_loss(model, batch, return_outputs, num_items_in_batch)
-        return loss if scale == 1.0 else loss * scale
 
     def _curation_before_optimizer_step(self):
         if self._curation.mode != "self":
