@@ -1,10 +1,12 @@
 """Prompt curation for RLVR: online samplers (SELF, pass-rate), per-prompt statistics, and offline scoring.
 
-Trainer-free: `RLVRGRPOTrainer` wires the samplers and the state into TRL's GRPO loop
-(`trl_rlvr_ext.grpo.curation_mixin`); `score_dataset` / `filter_scored` (and ``trl-rlvr-ext curate``) curate a dataset
-offline.
+Trainer-free: `CurationController` runs online curation (ids, statistics, sampler, SELF's keep mask and skipped steps,
+metrics, checkpoint state) and `trl_rlvr_ext.curation.greedy` holds SELF's two greedy strategies; `RLVRGRPOTrainer`
+drives them from TRL's GRPO loop through a thin adapter (`trl_rlvr_ext.grpo.curation_mixin`). `score_dataset` /
+`filter_scored` (and ``trl-rlvr-ext curate``) curate a dataset offline.
 """
 
+from .controller import CurationController
 from .offline import filter_scored, score_dataset
 from .samplers import CURATION_MODES, PASS_RATE_TARGETS, CurationSampler, pass_rate_weights
 from .state import CurationState
@@ -13,6 +15,7 @@ from .state import CurationState
 __all__ = [
     "CURATION_MODES",
     "PASS_RATE_TARGETS",
+    "CurationController",
     "CurationSampler",
     "CurationState",
     "filter_scored",

@@ -4,7 +4,6 @@ With every option of `RLVRGRPOConfig` at its default, each overridden method del
 trainer is stock `GRPOTrainer` to the bit (tests/test_grpo_trainer.py proves it).
 """
 
-import os
 from typing import ClassVar
 
 import torch
@@ -13,6 +12,7 @@ from trl import GRPOTrainer
 from .._trl import load_copy
 from ..losses.clip_recovery import clip_recovery_objective
 from ..rewards.guard import guard_reward_funcs
+from .checkpoint_state import CheckpointState, CheckpointStateMixin
 from .curation_mixin import CurationMixin
 from .grpo_config import RLVRGRPOConfig
 
@@ -21,7 +21,7 @@ from .grpo_config import RLVRGRPOConfig
 _TRL_COPY = load_copy("grpo")
 
 
-class RLVRGRPOTrainer(CurationMixin, GRPOTrainer):
+class RLVRGRPOTrainer(CurationMixin, CheckpointStateMixin, GRPOTrainer):
     """[`~trl.GRPOTrainer`] with this package's methods, configured by [`RLVRGRPOConfig`].
 
     - Stochastic clip recovery (`clip_recovery="nsr"` / `"nsr_expected"`, https://huggingface.co/papers/2605.22703):
@@ -57,6 +57,17 @@ class RLVRGRPOTrainer(CurationMixin, GRPOTrainer):
         reward_funcs = guard_reward_funcs(reward_funcs, on_error=args.reward_on_error, timeout=args.reward_timeout)
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self._recovery_generator = None
+        if self.args.clip_recovery != "none":
+            # Each process saves its own generator, so a resumed run draws the same rescue noise as an uninterrupted
+            # one; saved beside transformers' per-process RNG states.
+            self._register_checkpoint_state(
+                CheckpointState(
+                    "clip_recovery_rng_state_{rank}.pth",
+                    lambda: None if self._recovery_generator is None else self._recovery_generator.get_state(),
+                    self._load_recovery_state,
+                    per_rank=True,
+                )
+            )
 
     # ---------------------------------------------------------------- Stochastic clip recovery (NSR)
     def _clip_recovery_generator(self, device: torch.device) -> torch.Generator:
@@ -74,25 +85,10 @@ class RLVRGRPOTrainer(CurationMixin, GRPOTrainer):
                 self._pending_recovery_state = None
         return self._recovery_generator
 
-    def _recovery_state_file(self, directory: str) -> str:
-        return os.path.join(directory, f"clip_recovery_rng_state_{self.accelerator.process_index}.pth")
-
-    def _save_rng_state(self, output_dir: str) -> None:
-        # Transformers saves each rank's global RNG states here; NSR's own generator travels with them, so a resumed
-        # run draws the same rescue noise as an uninterrupted one.
-        super()._save_rng_state(output_dir)
-        if self._recovery_generator is not None:
-            torch.save(self._recovery_generator.get_state(), self._recovery_state_file(output_dir))
-
-    def _load_rng_state(self, checkpoint: str | None) -> None:
-        super()._load_rng_state(checkpoint)
-        if checkpoint is None or self.args.clip_recovery == "none":
-            return
-        path = self._recovery_state_file(checkpoint)
-        if os.path.isfile(path):
-            # Applied when the generator is (re)created on the ratios' device at the first loss computation.
-            self._pending_recovery_state = torch.load(path, weights_only=True)
-            self._recovery_generator = None
+    def _load_recovery_state(self, state: torch.Tensor, path: str) -> None:
+        # Applied when the generator is (re)created on the ratios' device at the first loss computation.
+        self._pending_recovery_state = state
+        self._recovery_generator = None
 
     def _clip_recovery_loss(self, ratio: torch.Tensor, advantages: torch.Tensor):
         """The per-token loss of PPO's clipped objective with clip recovery, and the rescue masks. The marked blocks in
