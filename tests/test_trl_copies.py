@@ -198,6 +198,7 @@ EXPECTED_SIGNATURES = {
     "trl_rlvr_ext.dpo.dpo_trainer.ISDPOTrainer._prepare_dataset": "(self, dataset, processing_class, args, dataset_name)",
     "trl_rlvr_ext.dpo.dpo_trainer.ISDPOTrainer._set_signature_columns_if_needed": "(self)",
     "trl_rlvr_ext.dpo.dpo_trainer.ISDPOTrainer.compute_ref_log_probs": "(self, model, inputs)",
+    "trl_rlvr_ext.curation.greedy.GreedyRows.__call__": "(self, input_ids, scores)",
     "trl_rlvr_ext.evaluation.callback.PassAtKCallback.on_step_end": _CALLBACK,
     "trl_rlvr_ext.evaluation.callback.PassAtKCallback.on_train_begin": _CALLBACK,
     "trl_rlvr_ext.grpo.curation_mixin.CurationMixin.__init__": (
@@ -213,15 +214,14 @@ EXPECTED_SIGNATURES = {
         "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)"
     ),
     "trl_rlvr_ext.grpo.curation_mixin.CurationMixin._get_train_sampler": "(self, dataset=None)",
-    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin._load_optimizer_and_scheduler": "(self, checkpoint)",
-    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin._save_checkpoint": "(self, model, trial)",
+    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin._prepare_inputs": "(self, generation_batch)",
     "trl_rlvr_ext.grpo.curation_mixin.CurationMixin.compute_loss": (
         "(self, model, inputs, return_outputs=False, num_items_in_batch=None)"
     ),
-    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin.training_step": "(self, model, inputs, num_items_in_batch)",
-    "trl_rlvr_ext.grpo.curation_mixin.GreedyRows.__call__": "(self, input_ids, scores)",
     "trl_rlvr_ext.grpo.curation_mixin._CurationCallback.on_pre_optimizer_step": _CALLBACK,
     "trl_rlvr_ext.grpo.curation_mixin._CurationCallback.on_train_begin": _CALLBACK,
+    "trl_rlvr_ext.grpo.checkpoint_state.CheckpointStateMixin._load_optimizer_and_scheduler": "(self, checkpoint)",
+    "trl_rlvr_ext.grpo.checkpoint_state.CheckpointStateMixin._save_checkpoint": "(self, model, trial)",
     "trl_rlvr_ext.grpo.grpo_config.RLVRGRPOConfig.__post_init__": "(self)",
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer.__init__": (
         f"(self, model, reward_funcs=None, args=None, {_TRAINER_ARGS}, reward_processing_classes=None, callbacks=None, "
@@ -229,8 +229,6 @@ EXPECTED_SIGNATURES = {
         "environment_factory=None)"
     ),
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._compute_loss": "(self, model, inputs)",
-    "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._load_rng_state": "(self, checkpoint)",
-    "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._save_rng_state": "(self, output_dir)",
     "trl_rlvr_ext.lora_init.saving.LoraInitCallback.on_save": _CALLBACK,
     "trl_rlvr_ext.lora_init.saving.LoraInitCallback.on_train_end": _CALLBACK,
 }
