@@ -778,7 +778,7 @@ def main(argv=None) -> int:
     for problem in info["wheel_problems"] or []:
         log(f"note: {problem}")
     elapsed, sections = {}, {}
-    failed = []
+    failed, not_run = [], []
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
         ctx = {
             "dry_run": args.dry_run,
@@ -804,7 +804,8 @@ def main(argv=None) -> int:
                 sections[part] = ["not run (not selected with --parts)."]
                 continue
             if interrupted or time.monotonic() > ctx["deadline"]:
-                continue  # rendered as "not run: the time budget was spent"
+                not_run.append(part)  # rendered as "not run: the time budget was spent"
+                continue
             deadline = min(schedule + share * available, ctx["deadline"])
             t = time.monotonic()
             log(f"{part}: start, share ends in {deadline - t:.0f} s")
@@ -825,8 +826,11 @@ def main(argv=None) -> int:
             log(f"{part}: done in {elapsed[part]:.0f} s (total {time.monotonic() - start:.0f} s)")
             out.write_text(render(info, ctx, sections, elapsed, time.monotonic() - start, budget))
         out.write_text(render(info, ctx, sections, elapsed, time.monotonic() - start, budget))
-    log(f"wrote {out} ({time.monotonic() - start:.0f} s); failed parts: {', '.join(failed) or 'none'}")
-    return 1 if failed or interrupted else 0
+    log(
+        f"wrote {out} ({time.monotonic() - start:.0f} s); failed parts: {', '.join(failed) or 'none'}; "
+        f"not run for lack of time: {', '.join(not_run) or 'none'}"
+    )
+    return 1 if failed or not_run or interrupted else 0
 
 
 if __name__ == "__main__":
