@@ -526,7 +526,8 @@ def part_zero3(cfg: dict, ctx: dict, deadline: float) -> dict:
     if train.get("seconds") is not None:
         lines.append(
             f'GRPO under ZeRO-3: `RLVRGRPOTrainer(lora_init="rlpo", clip_recovery="nsr")`, {train["steps"]} steps in '
-            f"{train['seconds']:.1f} s (zero stage {train.get('zero_stage')}), final loss {train.get('loss')}."
+            f"{train['seconds']:.1f} s (ZeRO stage {train.get('zero_stage')}, LoRA init recorded on the model: "
+            f"{train.get('lora_init')}), training loss {train.get('loss')}."
         )
     if train.get("error"):
         lines.append(f"train: failed: {train['error']}")
@@ -589,15 +590,21 @@ def zero3_init(args, result: dict, save) -> None:
 
     from trl_rlvr_ext.lora_init import get_peft_model_with_init
 
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    torch.cuda.set_device(device)
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    else:  # only for trying this child on a CPU (DS_ACCELERATOR=cpu); the check itself skips ZeRO-3 without CUDA
+        device = torch.device("cpu")
     result.update(deepspeed=deepspeed.__version__, methods={})
     plain = {}
     for method in args.methods.split(","):  # reference: the same init without DeepSpeed, on the same GPU
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16).to(device)
         synchronize()
         start = time.perf_counter()
-        peft_model = get_peft_model_with_init(model, _lora_config(args.rank), method, seed=0, show_progress=False)
+        # Adapter weights in the model's dtype, as under ZeRO-3 below: the runs are compared weight for weight.
+        peft_model = get_peft_model_with_init(
+            model, _lora_config(args.rank), method, autocast_adapter_dtype=False, seed=0, show_progress=False
+        )
         synchronize()
         plain[method] = (time.perf_counter() - start, _compared_weights(peft_model))
         del model, peft_model
@@ -645,6 +652,7 @@ def zero3_train(args, result: dict, save) -> None:
     from datasets import Dataset
 
     from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+    from trl_rlvr_ext.lora_init import get_lora_init_info
 
     def reward(completions, **kwargs):
         return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
@@ -661,7 +669,7 @@ def zero3_train(args, result: dict, save) -> None:
         logging_steps=1,
         save_strategy="no",
         report_to="none",
-        bf16=True,
+        bf16=torch.cuda.is_available(),  # False only when trying this child on a CPU (TrainingArguments refuses bf16)
         model_init_kwargs={"dtype": torch.bfloat16},
         lora_init="rlpo",
         disable_tqdm=True,
@@ -679,6 +687,10 @@ def zero3_train(args, result: dict, save) -> None:
     result["zero_stage"] = plugin.zero_stage if plugin is not None else None
     if result["zero_stage"] != 3:
         raise RuntimeError(f"the launch did not enable ZeRO-3 (deepspeed plugin: {plugin!r})")
+    info = get_lora_init_info(trainer.model)
+    result["lora_init"] = info.method if info is not None else None
+    if result["lora_init"] != "rlpo":
+        raise RuntimeError(f"the trainer's model records LoRA init {result['lora_init']!r}, not 'rlpo'")
     synchronize()
     start = time.perf_counter()
     output = trainer.train()

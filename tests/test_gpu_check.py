@@ -199,3 +199,48 @@ def test_bench_defaults_unchanged(tiny_model_path, tmp_path):
     trainer, _ = dpo_overhead.build("stock", tiny_model_path, 4, str(tmp_path / "dpo"))
     args = trainer.args
     assert args.use_cpu and args.bf16 is False and args.max_length == 32 and args.model_init_kwargs is None
+
+
+def test_zero3_part_report(monkeypatch, tmp_path):
+    """The ZeRO-3 part's report from its two child runs (faked here: they need deepspeed and CUDA)."""
+    runs = {
+        "init": {
+            "deepspeed": "0.19.8",
+            "partitioned": True,
+            "methods": {
+                "rlpo": {"plain_seconds": 1.5, "zero3_seconds": 2.25, "max_abs_diff": 0.0, "compared": 216},
+                "pissa": {"plain_seconds": 3.0, "zero3_seconds": 4.5, "max_abs_diff": 0.0, "compared": 216},
+            },
+        },
+        "train": {"error": "RuntimeError: boom", "zero_stage": 3},
+    }
+    calls = []
+
+    def fake_child(stage, cfg, ctx, site, timeout):
+        calls.append((stage, site))
+        return runs[stage]
+
+    monkeypatch.setattr(gpu_check, "deepspeed_site", lambda: ("", "deepspeed 0.19.8 was installed"))
+    monkeypatch.setattr(gpu_check, "run_zero3_child", fake_child)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    ctx = {"dry_run": False, "tmp": str(tmp_path), "model_path": "m", "deadline": float("inf")}
+    outcome = gpu_check.part_zero3(gpu_check.SETTINGS["real"]["zero3"], ctx, float("inf"))
+    assert calls == [("init", ""), ("train", "")]
+    assert outcome["failed"]
+    lines = outcome["lines"]
+    assert lines[0].startswith("DeepSpeed: deepspeed 0.19.8 was installed. One process, `accelerate launch")
+    assert table_rows(lines) == [
+        ["`rlpo`", "1.50", "2.25", "0.00e+00", "216"],
+        ["`pissa`", "3.00", "4.50", "0.00e+00", "216"],
+    ]
+    assert lines[-1] == "train: failed: RuntimeError: boom"
+
+
+def test_zero3_part_skips_without_deepspeed_sdist(monkeypatch, tmp_path):
+    """With CUDA but neither deepspeed nor a carried sdist, the part says plainly that it was skipped and why."""
+    monkeypatch.setattr(gpu_check, "deepspeed_site", lambda: (None, "`import deepspeed` failed (X)"))
+    monkeypatch.setattr(gpu_check, "WHEEL_DIR", tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    ctx = {"dry_run": False, "tmp": str(tmp_path), "model_path": "m", "deadline": float("inf")}
+    outcome = gpu_check.part_zero3(gpu_check.SETTINGS["real"]["zero3"], ctx, float("inf"))
+    assert outcome == {"lines": ["skipped: deepspeed not available (`import deepspeed` failed (X))."], "skipped": True}
