@@ -244,3 +244,9 @@ def test_zero3_part_skips_without_deepspeed_sdist(monkeypatch, tmp_path):
     ctx = {"dry_run": False, "tmp": str(tmp_path), "model_path": "m", "deadline": float("inf")}
     outcome = gpu_check.part_zero3(gpu_check.SETTINGS["real"]["zero3"], ctx, float("inf"))
     assert outcome == {"lines": ["skipped: deepspeed not available (`import deepspeed` failed (X))."], "skipped": True}
+
+
+@pytest.mark.parametrize("mode", ["real", "dry"])
+def test_time_shares_cover_the_budget(mode):
+    settings = gpu_check.SETTINGS[mode]
+    assert sum(settings[part]["share"] for part in gpu_check.PARTS) == pytest.approx(1.0)
