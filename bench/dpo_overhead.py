@@ -1,6 +1,7 @@
 """Per-step cost of IS-DPO against stock TRL DPO, side by side in one process.
 
     python bench/dpo_overhead.py [--rounds 5] [--steps 40] [--batch 16] [--hidden 64] [--layers 4] [--behavior]
+    python bench/dpo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --prompt-chars 400 --behavior  # GPU
 
 Builds stock `trl.DPOTrainer` and `ISDPOTrainer` (importance_sampling=True, behaviour policy = the reference; with
 `--behavior` also an arm whose behaviour log-probs come from dataset columns) on the same model, data and seed. Each
@@ -8,7 +9,9 @@ round interleaves the arms step by step (stock, IS, IS, stock, ...) on the same 
 machine hits every arm alike; a step is TRL's full `training_step` (forward of policy and reference, loss, metrics,
 backward) plus the optimizer step. Reports per arm the median step time and the median of the per-round ratios of
 median step times against stock. Target: step ratio <= 1.02. IS-DAA adds no forward pass: a few element-wise ops on
-(batch,) tensors and one gather for the `is/*` metrics.
+(batch,) tensors and one gather for the `is/*` metrics. On CUDA the timer synchronizes the device first.
+``--prompt-chars N`` pads each toy prompt with N characters of filler text (byte tokenizer: N tokens), for sequence
+lengths closer to real preference data; the default (0) keeps the toy prompts.
 """
 
 import argparse
@@ -21,6 +24,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import datasets
+import torch
 import transformers
 from trl import DPOConfig, DPOTrainer
 
@@ -30,21 +34,51 @@ from trl_rlvr_ext.toy import save_tiny_model
 from trl_rlvr_ext.toy.preference import make_toy_preference_dataset
 
 
-def build(arm: str, model_path: str, batch: int, out_dir: str):
+try:  # run as a script (bench/ on sys.path) or imported as bench.dpo_overhead
+    from model_shapes import SHAPES, save_shaped_model
+except ImportError:
+    from bench.model_shapes import SHAPES, save_shaped_model
+
+FILLER = "Answer the question below with a single number, and nothing else. "
+
+
+def synchronize():
+    """Wait for queued CUDA kernels, so that a wall-clock timer measures them (a no-op without CUDA)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def build(
+    arm: str,
+    model_path: str,
+    batch: int,
+    out_dir: str,
+    device: str = "cpu",
+    bf16: bool = False,
+    prompt_chars: int = 0,
+    model_dtype: str | None = None,
+):
+    """One trainer and one batch; ``prompt_chars`` of filler text go before each prompt (0: the toy prompts);
+    ``model_dtype`` (e.g. ``"bfloat16"``) is the dtype policy and reference load in (None: TRL's default, float32)."""
     common = {
         "output_dir": out_dir,
         "per_device_train_batch_size": batch,
-        "max_length": 32,
+        "max_length": 32 + prompt_chars,
         "learning_rate": 1e-5,
         "save_strategy": "no",
         "report_to": "none",
-        "use_cpu": True,
-        "bf16": False,
+        "use_cpu": device == "cpu",
+        "bf16": bf16,
         "activation_checkpointing": False,
         "seed": 0,
         "disable_tqdm": True,
     }
+    if model_dtype is not None:
+        common["model_init_kwargs"] = {"dtype": model_dtype}
     dataset = make_toy_preference_dataset(batch, seed=0)
+    if prompt_chars:
+        filler = (FILLER * (prompt_chars // len(FILLER) + 1))[:prompt_chars]
+        dataset = dataset.map(lambda row: {"prompt": filler + row["prompt"]})
     if arm == "stock":
         trainer = DPOTrainer(model=model_path, args=DPOConfig(**common), train_dataset=dataset)
     else:
@@ -59,10 +93,12 @@ def build(arm: str, model_path: str, batch: int, out_dir: str):
 
 
 def step(trainer, inputs) -> float:
+    synchronize()
     start = time.perf_counter()
     trainer.training_step(trainer.model, inputs)
     trainer.optimizer.step()
     trainer.optimizer.zero_grad()
+    synchronize()
     return time.perf_counter() - start
 
 
@@ -74,7 +110,21 @@ def main():
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--behavior", action="store_true", help="Also time IS-DPO with behaviour log-prob columns.")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument(
+        "--dtype", choices=["float32", "bf16"], default="float32", help="bf16: bf16 weights and bf16=True"
+    )
+    parser.add_argument("--shape", choices=["tiny", *SHAPES], default="tiny", help="tiny: --hidden x --layers")
+    parser.add_argument("--prompt-chars", type=int, default=0, help="filler characters before each toy prompt")
     cli = parser.parse_args()
+    if cli.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here.")
+    options = {
+        "device": cli.device,
+        "bf16": cli.dtype == "bf16",
+        "model_dtype": "bfloat16" if cli.dtype == "bf16" else None,
+        "prompt_chars": cli.prompt_chars,
+    }
     datasets.disable_progress_bars()
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
@@ -82,13 +132,16 @@ def main():
     arms = ["stock", "is_dpo", *(["is_dpo_behavior"] if cli.behavior else [])]
     medians = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as tmp:
-        model_path = save_tiny_model(
-            os.path.join(tmp, "model"),
-            hidden_size=cli.hidden,
-            num_hidden_layers=cli.layers,
-            intermediate_size=4 * cli.hidden,
-        )
-        built = {arm: build(arm, model_path, cli.batch, os.path.join(tmp, arm)) for arm in arms}
+        if cli.shape == "tiny":
+            model_path = save_tiny_model(
+                os.path.join(tmp, "model"),
+                hidden_size=cli.hidden,
+                num_hidden_layers=cli.layers,
+                intermediate_size=4 * cli.hidden,
+            )
+        else:
+            model_path = save_shaped_model(os.path.join(tmp, "model"), cli.shape, cli.dtype, device=cli.device)
+        built = {arm: build(arm, model_path, cli.batch, os.path.join(tmp, arm), **options) for arm in arms}
         for arm in arms:  # warm-up: allocator, thread pools
             for _ in range(3):
                 step(*built[arm])

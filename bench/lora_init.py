@@ -2,6 +2,7 @@
 
     python bench/lora_init.py [--sizes 1024x1024,1024x2752] [--rank 16] [--repeats 5] [--decay 0.5] [--threads 1]
     python bench/lora_init.py --sizes 4096x4096,4096x11008 --repeats 1      # the 7B-sized layers (minutes)
+    python bench/lora_init.py --device cuda --threads 0 --sizes 896x896,4864x896,4096x4096,4096x11008   # on a GPU
 
 For each d_out x d_in size it builds one float32 linear layer W = U diag(s) Vᵀ with random orthonormal U, V and a
 power-law spectrum s_i = i^(-decay) (pretrained transformer weights have heavy-tailed, power-law-like spectra), then
@@ -20,11 +21,15 @@ when σ_r ≈ σ_{r+1} makes the exact subspace ill-defined. The exact subspaces
 construction (then the minor-subspace errors also contain the effect of rounding W to float32, which moves its
 bottom singular vectors slightly: a floor of about 1e-5 at 4096).
 
+With ``--device cuda`` the layer lives on the GPU, so every contender decomposes it there (the weight and its exact
+subspaces are still built on the CPU in float64), and the timer synchronizes the device before reading the clock.
+
 Targets: RLPO >= 10x faster than full-SVD PiSSA with principal-angle error <= 1e-2; RLMO no slower than it.
 """
 
 import argparse
 import copy
+import math
 import statistics
 import time
 
@@ -41,6 +46,12 @@ class OneLinear(nn.Module):
         self.proj = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
         with torch.no_grad():
             self.proj.weight.copy_(weight)
+
+
+def synchronize(device: str):
+    """Wait for queued CUDA kernels, so that a wall-clock timer measures them."""
+    if device != "cpu":
+        torch.cuda.synchronize()
 
 
 def make_weight(d_out, d_in, decay, seed=0):
@@ -74,7 +85,13 @@ def contenders(rank):
     }
 
 
-def run_size(d_out, d_in, args):
+def run_size(d_out, d_in, args, deadline: float = math.inf):
+    """Time every contender on one layer. Returns ({name: (median s, speed-up, subspace error, energy error)}, the
+    number of repeats run).
+
+    ``args`` needs ``rank``, ``repeats``, ``decay`` and (optionally) ``device``. Once ``time.monotonic()`` passes
+    ``deadline``, no further repeat starts (at least one always runs)."""
+    device = getattr(args, "device", "cpu")
     W, V_construct, s = make_weight(d_out, d_in, args.decay)
     r = args.rank
     if max(d_out, d_in) <= 3000:
@@ -89,30 +106,38 @@ def run_size(d_out, d_in, args):
     names = list(entries)
     times = {name: [] for name in names}
     errors, energies = {}, {}
-    base = OneLinear(W)
+    base = OneLinear(W).to(device)
+    repeats = 0
     for repeat in range(args.repeats):
+        if repeat > 0 and time.monotonic() > deadline:
+            break
+        repeats += 1
         order = names[repeat % len(names) :] + names[: repeat % len(names)]  # alternate who runs first
         for name in order:
             module = copy.deepcopy(base)
+            synchronize(device)
             start = time.perf_counter()
             model = entries[name][1](module, cfg)
+            synchronize(device)
             times[name].append(time.perf_counter() - start)
             if repeat == 0:
-                A = model.base_model.model.proj.lora_A["default"].weight.detach()
+                A = model.base_model.model.proj.lora_A["default"].weight.detach().cpu()
                 ref_vh, ref_s = targets[entries[name][0]]
                 errors[name] = principal_angle_error(A, ref_vh)
                 Q = torch.linalg.qr(A.double().T).Q
                 energies[name] = abs(float((W.double() @ Q).square().sum() / ref_s.square().sum()) - 1)
             del model, module
     baseline = "PEFT pissa (full SVD)"
-    print(f"\n== {d_out}x{d_in}, r={r}, spectrum i^-{args.decay}, {args.repeats} repeat(s); reference: {reference}")
+    print(
+        f"\n== {d_out}x{d_in}, r={r}, spectrum i^-{args.decay}, {repeats} repeat(s) on {device}; reference: {reference}"
+    )
     print(f"{'contender':24s} {'median s':>9s} {'speed-up':>9s} {'subspace err':>13s} {'energy err':>11s}")
     summary = {}
     for name in names:
         speedup = statistics.median(b / t for b, t in zip(times[baseline], times[name]))
-        summary[name] = (statistics.median(times[name]), speedup, errors[name])
+        summary[name] = (statistics.median(times[name]), speedup, errors[name], energies[name])
         print(f"{name:24s} {summary[name][0]:9.3f} {speedup:8.1f}x {errors[name]:13.2e} {energies[name]:11.2e}")
-    return summary
+    return summary, repeats
 
 
 def main():
@@ -127,18 +152,24 @@ def main():
         default=1,
         help="torch threads (1: stable timings on a shared machine; 0: torch default)",
     )
+    parser.add_argument(
+        "--device", choices=["cpu", "cuda"], default="cpu", help="where the layer (and the init) lives"
+    )
     args = parser.parse_args()
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch sees no CUDA device here.")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+    where = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), {where}")
     results = {}
     for size in args.sizes.split(","):
         d_out, d_in = (int(x) for x in size.lower().split("x"))
-        results[size] = run_size(d_out, d_in, args)
+        results[size], _ = run_size(d_out, d_in, args)
     print("\nTargets (vs PEFT's full-SVD pissa; RLPO's 10x is set for 4096-wide layers, where a full SVD is costly):")
     for size, summary in results.items():
-        _, rlpo_speedup, rlpo_err = summary["rlpo (randomized)"]
-        _, rlmo_speedup, _ = summary["rlmo (gram f64)"]
+        _, rlpo_speedup, rlpo_err, _ = summary["rlpo (randomized)"]
+        _, rlmo_speedup, _, _ = summary["rlmo (gram f64)"]
         d_min = min(int(x) for x in size.lower().split("x"))
         if d_min >= 4096:
             verdict = "met" if rlpo_speedup >= 10 and rlpo_err <= 1e-2 else "NOT met"
