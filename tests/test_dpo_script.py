@@ -46,7 +46,7 @@ def test_toy_recipe_parses_to_the_documented_values():
     )
     assert script_args.dataset_name == "toy:preference" and model_args.model_name_or_path == "toy:tiny"
     assert training_args.importance_sampling is True
-    assert training_args.is_weight_max == pytest.approx(math.exp(0.5))
+    assert training_args.importance_weight_cap == pytest.approx(math.exp(0.5))
     assert training_args.loss_type == ["sigmoid"] and training_args.use_cpu and not training_args.bf16
 
 
@@ -59,7 +59,7 @@ def test_llama_recipe_has_the_papers_settings():
     assert training_args.beta == 0.05 and training_args.learning_rate == 1e-6 and training_args.num_train_epochs == 1
     # batch 128 on the 8 GPUs of the launch line
     assert training_args.per_device_train_batch_size * 8 * training_args.gradient_accumulation_steps == 128
-    assert training_args.is_weight_max == pytest.approx(math.exp(2.0))
+    assert training_args.importance_weight_cap == pytest.approx(math.exp(2.0))
     assert training_args.importance_sampling is True
 
 

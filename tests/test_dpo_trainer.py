@@ -180,9 +180,9 @@ def test_loss_is_weighted_mean_of_stock_per_pair_losses(tmp_path, loss_type, los
     # Put the cap between two middle weights (away from any weight), so the batch has clipped and unclipped pairs
     above_one = raw[raw > 1].sort().values
     assert len(above_one) >= 2, raw
-    trainer.args.is_weight_max = ((above_one[0] + above_one[1]) / 2).item()
-    weights = torch.clamp(raw, max=trainer.args.is_weight_max)
-    assert 0 < (raw > trainer.args.is_weight_max).sum() < len(raw) and weights.std() > 0.01
+    trainer.args.importance_weight_cap = ((above_one[0] + above_one[1]) / 2).item()
+    weights = torch.clamp(raw, max=trainer.args.importance_weight_cap)
+    assert 0 < (raw > trainer.args.importance_weight_cap).sum() < len(raw) and weights.std() > 0.01
 
     expected = sum(
         weight * (weights * _per_pair_losses(lt, 0.1, label_smoothing, pol, ref, lengths, token_logps, mask)).mean()
@@ -190,10 +190,12 @@ def test_loss_is_weighted_mean_of_stock_per_pair_losses(tmp_path, loss_type, los
     )
     loss = trainer.compute_loss(trainer.model, batch)
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(is_daa_weights(pc, pr, rc, rr, trainer.args.is_weight_max), weights)
+    torch.testing.assert_close(is_daa_weights(pc, pr, rc, rr, trainer.args.importance_weight_cap), weights)
     metrics = trainer._metrics["train" if trainer.model.training else "eval"]
     assert metrics["is/weight_mean"][-1] == pytest.approx(weights.mean().item(), rel=1e-5)
-    assert metrics["is/clipped_frac"][-1] == pytest.approx((raw > trainer.args.is_weight_max).float().mean().item())
+    assert metrics["is/clipped_frac"][-1] == pytest.approx(
+        (raw > trainer.args.importance_weight_cap).float().mean().item()
+    )
     ess = weights.sum() ** 2 / (len(weights) * (weights**2).sum())
     assert metrics["is/ess"][-1] == pytest.approx(ess.item(), rel=1e-5)
 
@@ -211,7 +213,7 @@ def test_behavior_columns_set_the_weights(tiny_model_path, tmp_path):
     rejected = torch.tensor(scored[BEHAVIOR_COLUMNS[1]]) + offsets_rejected
     dataset = _with_behavior(dataset, chosen.tolist(), rejected.tolist())
     cap = 1.5
-    args = ISDPOConfig(**_kwargs(tmp_path, per_device_train_batch_size=8), is_weight_max=cap)
+    args = ISDPOConfig(**_kwargs(tmp_path, per_device_train_batch_size=8), importance_weight_cap=cap)
     trainer = ISDPOTrainer(tiny_model_path, args=args, train_dataset=dataset)
     batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     assert set(BEHAVIOR_COLUMNS) <= set(batch)  # survived dataset preparation, column pruning and the collator
@@ -236,7 +238,7 @@ def test_authors_behavior_columns_are_used_when_named_and_never_silently_ignored
     authors = dataset.add_column("chosen_logps", chosen).add_column("rejected_logps", rejected)
 
     def build(train, **overrides):
-        args = ISDPOConfig(**_kwargs(tmp_path, per_device_train_batch_size=8), is_weight_max=1.5, **overrides)
+        args = ISDPOConfig(**_kwargs(tmp_path, per_device_train_batch_size=8), importance_weight_cap=1.5, **overrides)
         return ISDPOTrainer(tiny_model_path, args=args, train_dataset=train)
 
     def step0_loss(trainer):
@@ -349,7 +351,7 @@ def test_training_with_behavior_columns_and_evaluate(tiny_model_path, tmp_path):
         n = len(dataset)
         return _with_behavior(dataset, [-60.0 + shift * (i % 3) for i in range(n)], [-61.0] * n)
 
-    args = ISDPOConfig(**_kwargs(tmp_path, precompute_ref_log_probs=True, is_weight_max=math.exp(2.0)))
+    args = ISDPOConfig(**_kwargs(tmp_path, precompute_ref_log_probs=True, importance_weight_cap=math.exp(2.0)))
     trainer = ISDPOTrainer(
         tiny_model_path,
         ref_model=AutoModelForCausalLM.from_pretrained(tiny_model_path),
@@ -429,8 +431,8 @@ def test_streaming_dataset_bad_row_is_named(tmp_path):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"is_weight_max": 0.5}, "must be ≥ 1"),
-        ({"is_weight_max": float("nan")}, "must be ≥ 1"),
+        ({"importance_weight_cap": 0.5}, "must be ≥ 1"),
+        ({"importance_weight_cap": float("nan")}, "must be ≥ 1"),
         ({"loss_type": ["aot"]}, "sort the batch"),
         ({"loss_type": ["sigmoid", "aot_unpaired"], "loss_weights": [1.0, 1.0]}, "sort the batch"),
         ({"ld_alpha": 0.5}, "ld_alpha"),
@@ -440,15 +442,18 @@ def test_config_rejects_invalid_values(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         ISDPOConfig(**_kwargs(tmp_path, **overrides))
     # With importance sampling off, TRL's own options stay available
-    if "is_weight_max" not in overrides:
+    if "importance_weight_cap" not in overrides:
         ISDPOConfig(**_kwargs(tmp_path, importance_sampling=False, **overrides))
 
 
 def test_config_defaults_are_the_papers():
     args = ISDPOConfig(output_dir="unused", use_cpu=True)
     assert args.importance_sampling is True
-    assert args.is_weight_max == pytest.approx(math.exp(0.5))
-    assert ISDPOConfig(output_dir="unused", use_cpu=True, is_weight_max=float("inf")).is_weight_max == math.inf
+    assert args.importance_weight_cap == pytest.approx(math.exp(0.5))
+    assert (
+        ISDPOConfig(output_dir="unused", use_cpu=True, importance_weight_cap=float("inf")).importance_weight_cap
+        == math.inf
+    )
 
 
 # ---------------------------------------------------------------- two processes: is/* over the pairs of all ranks
@@ -469,7 +474,7 @@ chosen[0] -= 5.0
 dataset = dataset.add_column(BEHAVIOR_COLUMNS[0], chosen).add_column(BEHAVIOR_COLUMNS[1], scored[BEHAVIOR_COLUMNS[1]])
 args = ISDPOConfig(
     output_dir=out_dir, per_device_train_batch_size=4, use_cpu=True, bf16=False, report_to="none",
-    activation_checkpointing=False, max_length=32, is_weight_max=2.0, seed=0,
+    activation_checkpointing=False, max_length=32, importance_weight_cap=2.0, seed=0,
 )
 trainer = ISDPOTrainer(model_path, args=args, train_dataset=dataset)
 batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
@@ -502,3 +507,13 @@ def test_is_metrics_are_gathered_across_processes(tiny_model_path, tmp_path):
         assert r["metrics"]["is/clipped_frac"] == pytest.approx(1 / 8)
         assert r["metrics"]["is/weight_max"] == pytest.approx(2.0, rel=1e-5)
         assert r["metrics"]["is/ess"] == pytest.approx(81 / 88, rel=1e-4)
+
+
+def test_the_deprecated_is_weight_max_still_sets_the_cap_for_one_release(tmp_path):
+    with pytest.warns(FutureWarning, match="is_weight_max is deprecated.*importance_weight_cap"):
+        args = ISDPOConfig(**_kwargs(tmp_path), is_weight_max=2.0)
+    assert args.importance_weight_cap == 2.0 and args.is_weight_max is None
+    with pytest.raises(ValueError, match="disagree"):
+        ISDPOConfig(**_kwargs(tmp_path), is_weight_max=2.0, importance_weight_cap=3.0)
+    with pytest.raises(ValueError, match="must be ≥ 1"), pytest.warns(FutureWarning):
+        ISDPOConfig(**_kwargs(tmp_path), is_weight_max=0.5)

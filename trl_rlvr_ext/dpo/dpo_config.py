@@ -4,6 +4,7 @@ Fields are grouped by feature (one section each), so that the validation of a fe
 """
 
 import math
+import warnings
 from dataclasses import dataclass, field
 
 from trl import DPOConfig
@@ -14,7 +15,7 @@ from ..lora_init.config import LoraInitArguments
 # TRL losses that sort the batch (optimal transport over the batch): a per-pair weight no longer lines up with a pair
 # once sorted. TRL refuses its own per-pair (WPO) weights with them for the same reason.
 IS_INCOMPATIBLE_LOSS_TYPES = ("aot", "aot_unpaired")
-IS_WEIGHT_MAX_DEFAULT = math.exp(0.5)  # the authors' default: min(log w, 2·eps), eps = 0.25
+IMPORTANCE_WEIGHT_CAP_DEFAULT = math.exp(0.5)  # the authors' default: min(log w, 2·eps), eps = 0.25
 # `behavior_logps_columns` value that makes the reference policy the behaviour policy, whatever columns the data has.
 BEHAVIOR_COLUMNS_REFERENCE = "none"
 
@@ -39,10 +40,13 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
             `rejected_logps` is then an error, since they would be silently ignored. Two column names (chosen,
             rejected), e.g. `["chosen_logps", "rejected_logps"]` for data prepared for the authors' code: read π_D
             from these columns (they must exist). `"none"`: π_D = π_ref, any behaviour columns are ignored.
-        is_weight_max (`float`, *optional*, defaults to `e^0.5 ≈ 1.6487`):
+        importance_weight_cap (`float`, *optional*, defaults to `e^0.5 ≈ 1.6487`):
             Upper clip C of the weight, in ratio units (there is no lower clip). The authors' code clips log w at
             2·eps with eps = 0.25 by default (C = e^0.5); their released script uses eps = 1.0 (C = e^2 ≈ 7.389).
             Must be ≥ 1 (w = 1 at the start of training); `inf` disables the clip.
+        is_weight_max (`float`, *optional*):
+            Deprecated name of `importance_weight_cap` (it read like a boolean); still accepted, with a
+            `FutureWarning`, and removed in the next release.
         lora_init (`str`, *optional*):
             Initialise the LoRA adapter of `peft_config` (required) with `"rlpo"`/`"rlmo"` (orthonormal top/bottom-r
             right singular vectors, B₀ = 0; https://huggingface.co/papers/2606.31813, paper: r = 16, α = 32),
@@ -81,13 +85,17 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
             "π_D from them. `none`: π_D is the reference policy and any behaviour columns are ignored.",
         },
     )
-    is_weight_max: float = field(
-        default=IS_WEIGHT_MAX_DEFAULT,
+    importance_weight_cap: float = field(
+        default=IMPORTANCE_WEIGHT_CAP_DEFAULT,
         metadata={
             "help": "Upper clip C of the IS-DAA weight, in ratio units (no lower clip). Default e^0.5 ≈ 1.6487, the "
             "authors' code default (clip log w at 2·eps, eps = 0.25); their released script used e^2 ≈ 7.389 "
             "(eps = 1.0). Must be ≥ 1; `inf` disables the clip."
         },
+    )
+    is_weight_max: float | None = field(
+        default=None,
+        metadata={"help": "Deprecated: use `importance_weight_cap` (same meaning). Removed in the next release."},
     )
 
     def __post_init__(self):
@@ -95,13 +103,33 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
         self._check_importance_sampling()
         self._check_lora_init()
 
+    def _resolve_deprecated_weight_cap(self):
+        if self.is_weight_max is None:
+            return
+        old, new = float(self.is_weight_max), float(self.importance_weight_cap)
+        if new != IMPORTANCE_WEIGHT_CAP_DEFAULT and new != old:
+            raise ValueError(
+                f"is_weight_max={old} and importance_weight_cap={new} disagree: is_weight_max is the deprecated name "
+                "of importance_weight_cap. Set importance_weight_cap only."
+            )
+        warnings.warn(
+            "ISDPOConfig.is_weight_max is deprecated and will be removed in the next release: use "
+            "importance_weight_cap (same meaning).",
+            FutureWarning,
+            stacklevel=4,
+        )
+        self.importance_weight_cap = old
+        self.is_weight_max = None  # one source of truth from here on
+
     def _check_importance_sampling(self):
         if not isinstance(self.importance_sampling, bool):
             raise TypeError(f"importance_sampling must be True or False, got {self.importance_sampling!r}.")
-        self.is_weight_max = float(self.is_weight_max)
-        if math.isnan(self.is_weight_max) or self.is_weight_max < 1.0:
+        self._resolve_deprecated_weight_cap()
+        self.importance_weight_cap = float(self.importance_weight_cap)
+        if math.isnan(self.importance_weight_cap) or self.importance_weight_cap < 1.0:
             raise ValueError(
-                f"is_weight_max={self.is_weight_max} is the upper clip C of the importance weight and must be ≥ 1 "
+                f"importance_weight_cap={self.importance_weight_cap} is the upper clip C of the importance weight and "
+                "must be ≥ 1 "
                 "(every weight is 1 at the start of training, so C < 1 only rescales the loss). The paper's values "
                 "are e^0.5 ≈ 1.6487 (default) and e^2 ≈ 7.389; use inf for no clip."
             )

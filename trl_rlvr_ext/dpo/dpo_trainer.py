@@ -73,7 +73,7 @@ class ISDPOTrainer(DPOTrainer):
     """[`~trl.DPOTrainer`] with importance-sampled direct alignment, configured by [`ISDPOConfig`].
 
     Each pair's loss (any per-pair `loss_type`, or a `loss_weights` mixture) is multiplied by the detached weight
-    w = exp(min(log π_θ(y_w) − log π_D(y_w) + log π_θ(y_l) − log π_D(y_l), log C)), C = `is_weight_max`. π_D is read
+    w = exp(min(log π_θ(y_w) − log π_D(y_w) + log π_θ(y_l) − log π_D(y_l), log C)), C = `importance_weight_cap`. π_D is read
     from the dataset columns `behavior_chosen_logps` / `behavior_rejected_logps` when present (add them with
     `trl_rlvr_ext.dpo.behavior.score_behavior_logps`), and is the reference policy otherwise. Works with an explicit
     `ref_model`, with `precompute_ref_log_probs`, and with PEFT (adapter-disabled or "ref"-adapter reference).
@@ -185,7 +185,7 @@ class ISDPOTrainer(DPOTrainer):
     def _log_importance_weights(self, mode: str, log_weights: torch.Tensor) -> None:
         """Push `is/*` diagnostics of this batch, over the pairs of all processes (as TRL's `rewards/*`)."""
         gathered = self.accelerator.gather(log_weights)
-        stats = is_daa_weight_stats(gathered, self.args.is_weight_max)
+        stats = is_daa_weight_stats(gathered, self.args.importance_weight_cap)
         values = torch.stack([stats[key] for key in ("weight_mean", "weight_max", "clipped_frac", "ess")]).tolist()
         for key, value in zip(("weight_mean", "weight_max", "clipped_frac", "ess"), values, strict=True):
             self._metrics[mode][f"is/{key}"].append(value)
@@ -217,7 +217,7 @@ class ISDPOTrainer(DPOTrainer):
         is_log_weights = is_daa_log_weights(
             chosen_logps, rejected_logps, behavior_chosen_logps, behavior_rejected_logps
         )
-        return is_log_weights, is_daa_clip(is_log_weights, self.args.is_weight_max)
+        return is_log_weights, is_daa_clip(is_log_weights, self.args.importance_weight_cap)
 
     # ---------------------------------------------------------------- the loss: TRL's, with the IS-DAA blocks
     def _compute_loss(self, model, inputs, return_outputs):
