@@ -5,6 +5,7 @@ Trainer-free: `RLVRGRPOTrainer` wires the samplers and the state into TRL's GRPO
 offline.
 """
 
+from .dynamic import GroupSelector, PromptStream, ShuffledOrder, group_reward_std, informative_groups
 from .offline import filter_scored, score_dataset
 from .samplers import CURATION_MODES, PASS_RATE_TARGETS, CurationSampler, pass_rate_weights
 from .state import CurationState
@@ -15,7 +16,12 @@ __all__ = [
     "PASS_RATE_TARGETS",
     "CurationSampler",
     "CurationState",
+    "GroupSelector",
+    "PromptStream",
+    "ShuffledOrder",
     "filter_scored",
+    "group_reward_std",
+    "informative_groups",
     "pass_rate_weights",
     "score_dataset",
 ]

@@ -13,10 +13,11 @@ from trl.trainer.utils import nanmax, nanmin
 
 from ..losses.clip_recovery import clip_recovery_objective
 from .curation_mixin import CurationMixin
+from .dynamic_sampling import DynamicSamplingMixin
 from .grpo_config import CLIPPED_LOSS_TYPES, RLVRGRPOConfig
 
 
-class RLVRGRPOTrainer(CurationMixin, GRPOTrainer):
+class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, GRPOTrainer):
     """[`~trl.GRPOTrainer`] with this package's methods, configured by [`RLVRGRPOConfig`].
 
     - Stochastic clip recovery (`clip_recovery="nsr"` / `"nsr_expected"`, https://huggingface.co/papers/2605.22703):
