@@ -72,6 +72,8 @@ def test_selector_at_the_bound_completes_with_the_groups_not_kept():
     # rank 0 kept (0,1), (1,2); fills with its first not-kept group (0,0). Rank 1 kept nothing: its first three
     assert sel.selection(0) == [(0, 1), (1, 2), (0, 0)]
     assert sel.selection(1) == [(0, 0), (0, 1), (0, 2)]
+    # what the adapter keeps in memory: kept groups plus the first groups_per_process others
+    assert sel.candidates(0) == [(0, 1), (1, 2), (0, 0), (0, 2), (1, 0)]
     assert sel.metrics()["dynamic_sampling/bound_hit"] == 1.0
     assert sel.metrics()["dynamic_sampling/kept_frac"] == 2 / 12
     sel.start()

@@ -142,6 +142,11 @@ class GroupSelector:
         share = self.informative / self.generated_groups
         return min(self.groups_per_process, max(deficit, math.ceil(deficit / share)))
 
+    def candidates(self, rank: int) -> list[tuple[int, int]]:
+        """The groups of process ``rank`` that `selection` may still return: its kept groups and its first
+        ``groups_per_process`` groups not kept (the fillers at the bound). Everything else can be freed."""
+        return self.kept[rank] + self._not_kept[rank][: self.groups_per_process]
+
     def selection(self, rank: int) -> list[tuple[int, int]]:
         """The groups process ``rank`` trains on: its kept groups, completed at the bound by the groups it generated
         but did not keep (in generation order)."""

@@ -144,46 +144,55 @@ class DynamicSamplingMixin:
             raise RuntimeError(f"Expected {self._ds_groups_per_process * G} rows per process, got {len(inputs)}.")
         selector = self._ds_selector
         selector.start()
-        outputs = []
+        rank = self.accelerator.process_index
+        retained = {}  # (round, group) -> that group's rows of the round's output; only groups still selectable
         round_inputs = inputs
         while True:
             self._ds_collecting, self._ds_rewards = True, None
             try:
-                outputs.append(super()._generate_and_score_completions(round_inputs))
+                out = super()._generate_and_score_completions(round_inputs)
             finally:
                 self._ds_collecting = False
             if self._ds_rewards is None:
                 raise RuntimeError("dynamic_sampling saw no rewards for the round (_calculate_rewards was bypassed).")
             keep = informative_groups(self._ds_rewards, G, self.args.dynamic_sampling_min_std)
+            round_index = selector.rounds
             selector.record_round(keep)
+            # Hold on to this round's selectable groups only, so memory stays within two generation batches
+            for r, g in selector.candidates(rank):
+                if r == round_index:
+                    retained[(r, g)] = self._ds_group_rows(out, g)
             if selector.done:
                 break
             round_inputs = self._ds_extra_inputs(selector.next_round_groups(), inputs[0])
-        output = self._ds_merge(outputs, selector.selection(self.accelerator.process_index))
+        output = self._ds_merge([retained[key] for key in selector.selection(rank)])
         metrics = self._metrics["train"]
         for name, value in selector.metrics().items():
             metrics[name].append(value)
         return output
 
-    def _ds_merge(self, outputs: list[dict], selection: list[tuple[int, int]]) -> dict:
-        """One generation batch from the selected ``(round, group)`` rows of the rounds' outputs."""
+    def _ds_group_rows(self, out: dict, group: int) -> dict:
+        """The rows of local group ``group`` in one round's output (per-row values only)."""
         G = self.num_generations
-        device = outputs[0]["completion_mask"].device
-        pieces = {}
-        for round_index, out in enumerate(outputs):
-            groups = [g for r, g in selection if r == round_index]
-            if not groups:
+        rows = slice(group * G, (group + 1) * G)
+        piece = {}
+        for key, value in out.items():
+            if key == "num_items_in_batch":
                 continue
-            rows = torch.tensor([g * G + i for g in groups for i in range(G)], device=device)
-            for key, value in out.items():
-                if key == "num_items_in_batch":
-                    continue
-                if key not in _PER_TOKEN and key not in _PER_ROW:
-                    raise ValueError(
-                        f"dynamic_sampling cannot merge the generation output {key!r} across rounds (multimodal or "
-                        "custom rollout fields); set dynamic_sampling=False for this setup."
-                    )
-                pieces.setdefault(key, []).append(value[rows])
+            if key not in _PER_TOKEN and key not in _PER_ROW:
+                raise ValueError(
+                    f"dynamic_sampling cannot merge the generation output {key!r} across rounds (multimodal or "
+                    "custom rollout fields); set dynamic_sampling=False for this setup."
+                )
+            piece[key] = value[rows].clone()  # a copy, so the rest of the round can be freed
+        return piece
+
+    def _ds_merge(self, groups: list[dict]) -> dict:
+        """One generation batch from the selected groups' rows (padded to a common width)."""
+        pieces = {}
+        for group in groups:
+            for key, value in group.items():
+                pieces.setdefault(key, []).append(value)
         merged = {}
         for key, values in pieces.items():
             if key in _PER_TOKEN and values[0].dim() == 2 and values[0].size(1) != 1:
