@@ -422,3 +422,42 @@ def test_filter_on_a_named_correctness_reward(tiny_model_path, tmp_path):
     trainer.train()
     for batch in batches:
         assert all(prompt_index(p) % 2 == 0 for p in decode_prompts(trainer, batch))
+
+
+def test_rounds_merge_old_and_reference_log_probs(tiny_model_path, tmp_path, monkeypatch):
+    """With num_iterations=2 (old log-probs) and beta > 0 (reference log-probs), the per-token tensors of the rounds
+    are merged row for row: each kept row keeps the values its own round computed, padded to the common width."""
+    rounds = []
+    original = CurationMixin._generate_and_score_completions
+
+    def record_round(self, inputs):
+        out = original(self, inputs)
+        rounds.append(out)
+        return out
+
+    monkeypatch.setattr(CurationMixin, "_generate_and_score_completions", record_round)
+    trainer = make_trainer(tmp_path, tiny_model_path, num_iterations=2, beta=0.04, max_steps=4)
+    batches = spy_batches(trainer)
+    trainer.train()
+    assert len(batches) == 2 and len(rounds) > 2  # 2 generation batches, each used for 2 iterations
+    for batch in batches:
+        width = batch["completion_ids"].size(1)
+        for key in ("old_per_token_logps", "ref_per_token_logps"):
+            assert batch[key].shape == (8, width)
+    for batch in batches:  # every merged row carries the log-probs its own round computed for that completion
+        for row in range(8):
+            n = int(batch["completion_mask"][row].sum())
+            completion = batch["completion_ids"][row][:n]
+            matches = [
+                (out, i)
+                for out in rounds
+                for i in range(out["completion_ids"].size(0))
+                if int(out["completion_mask"][i].sum()) == n and torch.equal(out["completion_ids"][i][:n], completion)
+            ]
+            keys = ("old_per_token_logps", "ref_per_token_logps")
+            assert any(
+                all(torch.equal(out[k][i][:n], batch[k][row][:n]) for k in keys)
+                and out["advantages"][i] == batch["advantages"][row]
+                for out, i in matches
+            )
+    assert all(math.isfinite(log["loss"]) for log in trainer.state.log_history if "loss" in log)
