@@ -137,3 +137,42 @@ def test_accelerate_launch_with_the_cpu_config(tiny_model_path, tmp_path):
     result = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Model saved to" in result.stdout and (tmp_path / "run" / "config.json").exists()
+
+
+def test_toy_dynamic_sampling_recipe_runs_through_the_script(tiny_model_path, tmp_path):
+    """The offline dynamic sampling recipe parses and trains through the GRPO script; on the random tiny model every
+    group is all-wrong, so each batch takes the recipe's full round bound and says so."""
+    argv = ["--config", str(ROOT / "recipes/grpo/toy_dynamic_sampling.yaml"), "--model_name_or_path", tiny_model_path]
+    argv += ["--output_dir", str(tmp_path), *FAST, "--dynamic_sampling_max_rounds", "2"]
+    script_args, training_args, model_args, dataset_args = _parse(argv)
+    assert training_args.dynamic_sampling and training_args.dynamic_sampling_reward_func == "toy_accuracy_reward"
+    trainer = grpo_script.main(script_args, training_args, model_args, dataset_args)
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(logs) == 2
+    generated = [log for log in logs if "dynamic_sampling/rounds" in log]  # 4 optimiser steps per generation batch
+    assert generated
+    for log in generated:
+        assert log["dynamic_sampling/rounds"] == 2 and log["dynamic_sampling/bound_hit"] == 1
+    assert (tmp_path / "model.safetensors").is_file()
+
+
+def test_real_dynamic_sampling_recipe_parses_with_paper_settings():
+    script_args, training_args, model_args, _ = _parse(
+        [
+            "--config",
+            str(ROOT / "recipes/grpo/qwen2.5-math-1.5b_dapo_dynamic_sampling.yaml"),
+            "--use_vllm",
+            "false",
+            "--bf16",
+            "false",
+        ]
+    )
+    assert model_args.model_name_or_path == "Qwen/Qwen2.5-Math-1.5B"
+    assert training_args.dynamic_sampling and training_args.dynamic_sampling_max_rounds == 10
+    assert training_args.dynamic_sampling_reward_func == "math_accuracy_reward"
+    assert script_args.reward_funcs == ["math_accuracy"]
+    assert (training_args.epsilon, training_args.epsilon_high, training_args.num_generations) == (0.2, 0.28, 16)
+    assert training_args.learning_rate == 1e-6 and training_args.scale_rewards == "group"
+    # whole groups on each of 8 GPUs: 16 x 8 completions per process per rollout
+    per_process = training_args.per_device_train_batch_size * training_args.steps_per_generation
+    assert per_process % training_args.num_generations == 0

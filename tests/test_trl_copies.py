@@ -222,6 +222,15 @@ EXPECTED_SIGNATURES = {
     "trl_rlvr_ext.grpo.curation_mixin._CurationCallback.on_train_begin": _CALLBACK,
     "trl_rlvr_ext.grpo.checkpoint_state.CheckpointStateMixin._load_optimizer_and_scheduler": "(self, checkpoint)",
     "trl_rlvr_ext.grpo.checkpoint_state.CheckpointStateMixin._save_checkpoint": "(self, model, trial)",
+    "trl_rlvr_ext.grpo.dynamic_sampling.DynamicSamplingMixin.__init__": (
+        f"(self, model, reward_funcs=None, args=None, {_TRAINER_ARGS}, reward_processing_classes=None, callbacks=None, "
+        "optimizers=(None, None), quantization_config=None, peft_config=None, tools=None, rollout_func=None, "
+        "environment_factory=None)"
+    ),
+    "trl_rlvr_ext.grpo.dynamic_sampling.DynamicSamplingMixin._calculate_rewards": (
+        "(self, inputs, prompts, completions, completion_ids_list)"
+    ),
+    "trl_rlvr_ext.grpo.dynamic_sampling.DynamicSamplingMixin._generate_and_score_completions": "(self, inputs)",
     "trl_rlvr_ext.grpo.grpo_config.RLVRGRPOConfig.__post_init__": "(self)",
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer.__init__": (
         f"(self, model, reward_funcs=None, args=None, {_TRAINER_ARGS}, reward_processing_classes=None, callbacks=None, "

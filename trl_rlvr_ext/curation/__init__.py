@@ -7,6 +7,7 @@ drives them from TRL's GRPO loop through a thin adapter (`trl_rlvr_ext.grpo.cura
 """
 
 from .controller import CurationController
+from .dynamic import GroupSelector, PromptStream, ShuffledOrder, group_reward_std, informative_groups
 from .offline import filter_scored, score_dataset
 from .samplers import CURATION_MODES, PASS_RATE_TARGETS, CurationSampler, pass_rate_weights
 from .state import CurationState
@@ -18,7 +19,12 @@ __all__ = [
     "CurationController",
     "CurationSampler",
     "CurationState",
+    "GroupSelector",
+    "PromptStream",
+    "ShuffledOrder",
     "filter_scored",
+    "group_reward_std",
+    "informative_groups",
     "pass_rate_weights",
     "score_dataset",
 ]

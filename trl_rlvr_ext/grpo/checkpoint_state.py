@@ -71,11 +71,14 @@ class CheckpointStateMixin:
             if value is None:
                 continue
             path = self._checkpoint_state_path(output_dir, state)
+            # Written to a temporary file and renamed: a run killed mid-save never leaves a half-written state file
+            tmp = f"{path}.tmp-{os.getpid()}"
             if state.per_rank:
-                torch.save(value, path)
+                torch.save(value, tmp)
             else:
-                with open(path, "w") as f:
+                with open(tmp, "w") as f:
                     json.dump(value, f)
+            os.replace(tmp, path)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

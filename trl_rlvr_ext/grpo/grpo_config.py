@@ -112,6 +112,26 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             the reward function, the row and the completion. `"zero"`: score the rows that raise (or return NaN,
             infinity or a non-number) 0.0, go on, and count them in the `rewards/errors` metric. See
             `trl_rlvr_ext.rewards.guard`.
+        dynamic_sampling (`bool`, *optional*, defaults to `False`):
+            DAPO's dynamic sampling (https://huggingface.co/papers/2503.14476, Sec. 3.2): groups whose rewards have
+            (near-)zero spread are dropped and more prompts are generated, in whole groups, until the generation
+            batch holds `generation_batch_size / num_generations` informative groups. The loss is GRPO's on the kept
+            groups for every `loss_type`. Needs `scale_rewards` `"group"` or `"none"` and whole groups on each process.
+        dynamic_sampling_max_rounds (`int`, *optional*, defaults to `10`):
+            Most generation rounds per generation batch (the first included; the DAPO recipe's `max_num_gen_batches`
+            is 10). At the bound the step goes ahead: a process short of informative groups completes its share with
+            zero-variance groups it generated (zero advantage), and `dynamic_sampling/bound_hit` is logged as 1.
+        dynamic_sampling_reward_func (`str`, *optional*):
+            Name of the reward function whose spread decides (e.g. the correctness reward, as in the paper's accuracy
+            filter). Defaults to the weighted total reward, the one GRPO's advantages are computed from (use it for
+            shaped or non-binary rewards).
+        dynamic_sampling_min_std (`float`, *optional*, defaults to `0.0`):
+            A group is kept when the standard deviation of its rewards is greater than this. 0 is the paper's rule
+            (not all rewards equal; equal values count as exactly 0); raise it to also drop near-constant groups of a
+            shaped reward.
+        dynamic_sampling_seed (`int`, *optional*):
+            Seed of the stream of extra prompts (with curation on, the curation sampler's draws for it). Defaults to
+            `seed + 1`, so the extra prompts do not follow the training sampler's own order.
     """
 
     # ---------------------------------------------------------------- Stochastic clip recovery (NSR)
@@ -207,6 +227,36 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             "choices": list(REWARD_ON_ERROR_MODES),
         },
     )
+    # ---------------------------------------------------------------- Dynamic sampling (DAPO)
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "DAPO's dynamic sampling (https://huggingface.co/papers/2503.14476): drop groups whose rewards "
+            "have (near-)zero spread and generate more prompts, in whole groups, until the generation batch holds "
+            "only informative groups."
+        },
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=10,
+        metadata={
+            "help": "Most generation rounds per generation batch (DAPO recipe: max_num_gen_batches=10). At the bound "
+            "the batch is completed with zero-variance groups and `dynamic_sampling/bound_hit` is logged."
+        },
+    )
+    dynamic_sampling_reward_func: str | None = field(
+        default=None,
+        metadata={
+            "help": "Reward function (its name) whose spread decides, e.g. the correctness reward. Defaults to the "
+            "weighted total reward (for shaped or non-binary rewards)."
+        },
+    )
+    dynamic_sampling_min_std: float = field(
+        default=0.0,
+        metadata={"help": "Keep a group when its reward std is greater than this (0: the paper's rule)."},
+    )
+    dynamic_sampling_seed: int | None = field(
+        default=None, metadata={"help": "Seed of the extra-prompt stream. Defaults to `seed + 1`."}
+    )
 
     def __post_init__(self):
         super().__post_init__()
@@ -214,6 +264,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         self._check_curation()
         self._check_lora_init()
         self._check_reward_guard()
+        self._check_dynamic_sampling()
 
     def _check_clip_recovery(self):
         if self.clip_recovery not in CLIP_RECOVERY_MODES:
@@ -298,3 +349,30 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
                 f"reward_timeout must be a number of seconds > 0, or None to verify without a bound; got "
                 f"{self.reward_timeout!r}."
             )
+
+    def _check_dynamic_sampling(self):
+        if not self.dynamic_sampling:
+            return
+        if self.dynamic_sampling_max_rounds < 1:
+            raise ValueError(
+                f"dynamic_sampling_max_rounds must be at least 1 (the first generation round), got "
+                f"{self.dynamic_sampling_max_rounds}. The DAPO recipe uses 10."
+            )
+        if self.dynamic_sampling_min_std < 0:
+            raise ValueError(
+                f"dynamic_sampling_min_std must be >= 0 (0 drops only groups whose rewards are all equal), got "
+                f"{self.dynamic_sampling_min_std}."
+            )
+        if self.scale_rewards == "batch":
+            raise ValueError(
+                "dynamic_sampling with scale_rewards='batch' cannot be exact: the batch std would mix the rounds' "
+                "dropped groups into the kept groups' advantages. Use scale_rewards='group' (DAPO) or 'none'."
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"dynamic_sampling needs multi_objective_aggregation='sum_then_normalize': with "
+                f"{self.multi_objective_aggregation!r} the advantages are normalised over the whole batch, so dropping "
+                "groups would change the kept groups' advantages."
+            )
+        if self.dynamic_sampling_seed is None:
+            self.dynamic_sampling_seed = self.seed + 1

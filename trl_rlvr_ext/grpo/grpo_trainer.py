@@ -14,6 +14,7 @@ from ..losses.clip_recovery import clip_recovery_objective
 from ..rewards.guard import guard_reward_funcs
 from .checkpoint_state import CheckpointState, CheckpointStateMixin
 from .curation_mixin import CurationMixin
+from .dynamic_sampling import DynamicSamplingMixin
 from .grpo_config import RLVRGRPOConfig
 
 
@@ -21,7 +22,7 @@ from .grpo_config import RLVRGRPOConfig
 _TRL_COPY = load_copy("grpo")
 
 
-class RLVRGRPOTrainer(CurationMixin, CheckpointStateMixin, GRPOTrainer):
+class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin, GRPOTrainer):
     """[`~trl.GRPOTrainer`] with this package's methods, configured by [`RLVRGRPOConfig`].
 
     - Stochastic clip recovery (`clip_recovery="nsr"` / `"nsr_expected"`, https://huggingface.co/papers/2605.22703):
