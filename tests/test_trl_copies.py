@@ -18,7 +18,8 @@ from trl_contract import overrides, parameters
 from trl_rlvr_ext import _trl
 from trl_rlvr_ext._trl import TRL_COPIES, copies_package, load_copy, trl_minor
 from trl_rlvr_ext._trl.markers import AnchorError, count_blocks, reapply_blocks, split_blocks, strip_marked_blocks
-from trl_rlvr_ext._trl.reapply import COPY_FILES, main, parse_copy, read_copy, reapply_file
+from trl_rlvr_ext._trl.reapply import COPY_FILES, parse_copy, read_copy, reapply_file
+from trl_rlvr_ext.scripts.reapply_trl import main
 
 
 COPIES_DIR = Path(_trl.__file__).parent
@@ -38,7 +39,7 @@ def test_copy_is_installed_trl_source_plus_marked_blocks(copy, method):
     assert count_blocks(ours) == EXPECTED_BLOCKS[copy, method]
     assert strip_marked_blocks(ours) == inspect.getsource(getattr(UPSTREAM[copy], method)), (
         f"trl_rlvr_ext/_trl/{copies_package()}/{copy}.py: {method} no longer mirrors TRL {trl.__version__}'s "
-        f"{UPSTREAM[copy].__name__}.{method}. Rebuild the copy with `python -m trl_rlvr_ext._trl.reapply` "
+        f"{UPSTREAM[copy].__name__}.{method}. Rebuild the copy with `python -m trl_rlvr_ext.scripts.reapply_trl` "
         "(CONTRIBUTING.md, 'Admitting a new TRL minor')."
     )
 

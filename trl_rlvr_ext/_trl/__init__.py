@@ -13,7 +13,7 @@ our options is on; with every option off it calls TRL's own method (``super()``)
 
 Guards (tests/test_trl_copies.py): each copy with its marked blocks removed equals ``inspect.getsource`` of the
 installed TRL's method, character for character; the signatures of every TRL / transformers method we override are
-pinned. ``python -m trl_rlvr_ext._trl.reapply`` re-applies the marked blocks to another TRL's source (see
+pinned. ``python -m trl_rlvr_ext.scripts.reapply_trl`` re-applies the marked blocks to another TRL's source (see
 CONTRIBUTING.md, "Admitting a new TRL minor").
 """
 
@@ -50,7 +50,7 @@ def copies_package(version: str | None = None) -> str:
         raise ImportError(
             f"trl_rlvr_ext supports TRL {supported}, but TRL {version} is installed. Install a supported version "
             "(`pip install 'trl>=1.14,<1.17'`). Admitting a new TRL minor is described in CONTRIBUTING.md: re-apply "
-            "our marked blocks with `python -m trl_rlvr_ext._trl.reapply` and run the TRL matrix."
+            "our marked blocks with `python -m trl_rlvr_ext.scripts.reapply_trl` and run the TRL matrix."
         )
     return TRL_COPIES[minor]
 
