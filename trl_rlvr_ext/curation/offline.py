@@ -25,7 +25,15 @@ from dataclasses import replace
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..sampling import SamplingSettings, ScoringBackend, make_backend, sample_and_grade, sampling_from_keywords
+from ..sampling import (
+    SamplingSettings,
+    ScoringBackend,
+    as_reward_func_list,
+    load_model_and_tokenizer,
+    make_backend,
+    sample_and_grade,
+    sampling_from_keywords,
+)
 
 
 SCORE_COLUMNS = ("pass_rate", "num_correct", "num_samples", "greedy_correct", "correct_mean_logprob")
@@ -150,23 +158,14 @@ def score_dataset(
         ``greedy_correct`` and ``correct_mean_logprob``, also saved to ``<output_dir>/scored`` (``save_to_disk``).
     """
 
-    if callable(reward_funcs) and not isinstance(reward_funcs, (list, tuple)):
-        reward_funcs = [reward_funcs]
+    reward_funcs = as_reward_func_list(reward_funcs)
     sampling = sampling_from_keywords(
         sampling,
         score_dataset,
-        num_samples=num_samples,
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
-        seed=seed,
+        locals(),
+        needs_seed="shard i samples with seed + i, so that a resumed run draws what an uninterrupted one would; the "
+        "greedy decode is made in addition to the samples",
     )
-    if sampling.seed is None or sampling.greedy:
-        raise ValueError(
-            "score_dataset needs seeded, non-greedy sampling settings: shard i samples with seed + i (so a resumed run "
-            "draws what an uninterrupted one would), and the greedy decode is made in addition to the samples. Set "
-            "seed to a number and greedy=False."
-        )
     if shard_size < 1:
         raise ValueError(f"shard_size must be at least 1, got {shard_size}.")
     if "prompt" not in dataset.column_names:
@@ -203,16 +202,7 @@ def score_dataset(
     num_shards = -(-len(dataset) // shard_size)
     todo = [i for i in range(num_shards) if not os.path.isfile(_shard_path(output_dir, i))]
     if todo:
-        if tokenizer is None:
-            if not isinstance(model, (str, os.PathLike)):
-                raise ValueError("Pass the tokenizer when `model` is a loaded model.")
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(model)
-        if isinstance(model, (str, os.PathLike)) and not use_vllm:
-            from transformers import AutoModelForCausalLM
-
-            model = AutoModelForCausalLM.from_pretrained(model)
+        model, tokenizer = load_model_and_tokenizer(model, tokenizer, use_vllm)
         backend = make_backend(model, tokenizer, use_vllm, batch_size, vllm_kwargs=vllm_kwargs)
         bar = tqdm(total=num_shards, initial=num_shards - len(todo), desc="Scoring shards", disable=not progress)
         for i in todo:

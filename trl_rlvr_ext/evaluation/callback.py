@@ -7,7 +7,13 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from ..sampling import SamplingSettings, TrainerVLLMBackend, TransformersBackend, sampling_from_keywords
+from ..sampling import (
+    SamplingSettings,
+    TrainerVLLMBackend,
+    TransformersBackend,
+    as_reward_func_list,
+    sampling_from_keywords,
+)
 from .answers import resolve_answer_extractor
 from .evaluator import PassAtKResult, count_outcomes
 
@@ -85,22 +91,16 @@ class PassAtKCallback(TrainerCallback):
             raise ValueError(f"eval_steps must be at least 1, got {eval_steps}.")
         # `max_new_tokens=None` means "the trainer's max_completion_length", known only once a trainer is bound
         self.max_new_tokens_from_trainer = sampling is None and max_new_tokens is None
-        self.sampling = sampling_from_keywords(
-            sampling,
-            PassAtKCallback.__init__,
-            num_samples=num_samples,
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=SamplingSettings.max_new_tokens if self.max_new_tokens_from_trainer else max_new_tokens,
-            seed=seed,
-        )
+        if self.max_new_tokens_from_trainer:
+            max_new_tokens = SamplingSettings.max_new_tokens  # a stand-in until `evaluate` reads the trainer's
+        self.sampling = sampling_from_keywords(sampling, PassAtKCallback.__init__, locals())
         num_samples = self.sampling.num_samples
         if ks is not None and max(ks) > num_samples:
             raise ValueError(f"ks={list(ks)} asks for k > num_samples={num_samples}; raise num_samples or drop them.")
         self.rows = [dict(row) for row in eval_dataset]
         if not self.rows or "prompt" not in self.rows[0]:
             raise ValueError("eval_dataset must be a non-empty set of problems with a 'prompt' column.")
-        self.reward_funcs = [reward_funcs] if callable(reward_funcs) else list(reward_funcs)
+        self.reward_funcs = as_reward_func_list(reward_funcs)
         self.eval_steps, self.num_samples, self.ks = eval_steps, num_samples, ks
         self.correct_threshold, self.batch_size = correct_threshold, batch_size
         self.seed = 0 if self.sampling.seed is None else self.sampling.seed  # the bootstrap's seed

@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..sampling import GenerationBackend, SamplingSettings, make_backend, sample_and_grade, sampling_from_keywords
+from ..sampling import (
+    GenerationBackend,
+    SamplingSettings,
+    as_reward_func_list,
+    load_model_and_tokenizer,
+    make_backend,
+    sample_and_grade,
+    sampling_from_keywords,
+)
 from .answers import extract_answers, resolve_answer_extractor
 from .pass_at_k import answer_classes, pass_metrics
 
@@ -241,17 +249,8 @@ def evaluate_pass_at_k(
     Returns:
         [`PassAtKResult`].
     """
-    if callable(reward_funcs) and not isinstance(reward_funcs, (list, tuple)):
-        reward_funcs = [reward_funcs]
-    sampling = sampling_from_keywords(
-        sampling,
-        evaluate_pass_at_k,
-        num_samples=num_samples,
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
-        seed=seed,
-    )
+    reward_funcs = as_reward_func_list(reward_funcs)
+    sampling = sampling_from_keywords(sampling, evaluate_pass_at_k, locals())
     num_samples = sampling.num_samples
     if ks is not None and max(ks) > num_samples:
         raise ValueError(f"ks={list(ks)} asks for k > num_samples={num_samples}; sample more or drop those k.")
@@ -264,16 +263,7 @@ def evaluate_pass_at_k(
         raise ValueError(f"The dataset needs a 'prompt' column, got columns {sorted(rows[0])}.")
     if label is None:
         label = model if isinstance(model, str) else getattr(model, "name_or_path", type(model).__name__)
-    if tokenizer is None:
-        if not isinstance(model, (str, os.PathLike)):
-            raise ValueError("Pass the tokenizer when `model` is a loaded model.")
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model)
-    if isinstance(model, (str, os.PathLike)) and not use_vllm:
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(model)
+    model, tokenizer = load_model_and_tokenizer(model, tokenizer, use_vllm)
     extractor = resolve_answer_extractor(answer_extractor, reward_funcs)
     backend = make_backend(model, tokenizer, use_vllm, batch_size, progress=False, vllm_kwargs=vllm_kwargs)
     counts, classes = count_outcomes(

@@ -1,49 +1,19 @@
-"""Reward functions by name for evaluation, and the old home of the sampling layer.
+"""Reward functions by name for evaluation; the old home of the sampling layer.
 
-The backends, grading and the generate-and-grade loop live in `trl_rlvr_ext.sampling` (below the toy, evaluation and
-curation, which all use them); the names are re-exported here so that imports from
+The backends, grading and the generate-and-grade loop moved to `trl_rlvr_ext.sampling` (below the toy, evaluation and
+curation, which all use them). Their names still resolve here, so that imports from
 ``trl_rlvr_ext.evaluation.generation`` keep working.
 """
 
 from collections.abc import Callable, Sequence
 
-from ..sampling import (
-    GenerationBackend,
-    SamplingSettings,
-    TrainerVLLMBackend,
-    TransformersBackend,
-    VLLMBackend,
-    call_reward_func,
-    decode_completions,
-    eos_token_ids_of,
-    grade,
-    is_conversational_prompt,
-    make_backend,
-    render_prompt_ids,
-    reward_func_name,
-    sample_and_grade,
-    truncate_at_eos,
-)
+import trl_rlvr_ext.sampling as _sampling
 
 
-__all__ = [
-    "GenerationBackend",
-    "SamplingSettings",
-    "TrainerVLLMBackend",
-    "TransformersBackend",
-    "VLLMBackend",
-    "call_reward_func",
-    "decode_completions",
-    "eos_token_ids_of",
-    "grade",
-    "is_conversational_prompt",
-    "make_backend",
-    "render_prompt_ids",
-    "resolve_reward_funcs",
-    "reward_func_name",
-    "sample_and_grade",
-    "truncate_at_eos",
-]
+def __getattr__(name):
+    if name in _sampling.__all__:
+        return getattr(_sampling, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def resolve_reward_funcs(names: Sequence[str]) -> list[Callable]:

@@ -12,11 +12,12 @@ from .backends import (
     decode_completions,
     eos_token_ids_of,
     is_conversational_prompt,
+    load_model_and_tokenizer,
     make_backend,
     render_prompt_ids,
     truncate_at_eos,
 )
-from .grading import GradedSamples, call_reward_func, grade, reward_func_name, sample_and_grade
+from .grading import GradedSamples, as_reward_func_list, call_reward_func, grade, reward_func_name, sample_and_grade
 from .settings import GenerationBackend, SamplingSettings, ScoringBackend, sampling_from_keywords
 
 
@@ -28,11 +29,13 @@ __all__ = [
     "TrainerVLLMBackend",
     "TransformersBackend",
     "VLLMBackend",
+    "as_reward_func_list",
     "call_reward_func",
     "decode_completions",
     "eos_token_ids_of",
     "grade",
     "is_conversational_prompt",
+    "load_model_and_tokenizer",
     "make_backend",
     "render_prompt_ids",
     "reward_func_name",

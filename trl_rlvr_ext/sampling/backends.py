@@ -309,6 +309,23 @@ class TrainerVLLMBackend:
         ]
 
 
+def load_model_and_tokenizer(model, tokenizer=None, use_vllm: bool = False):
+    """``(model, tokenizer)`` for `make_backend`: the tokenizer is loaded from ``model`` when it is a path / hub id
+    and none is given, and the model too unless vLLM (which loads it itself) will generate."""
+    is_path = isinstance(model, (str, os.PathLike))
+    if tokenizer is None:
+        if not is_path:
+            raise ValueError("Pass the tokenizer when `model` is a loaded model.")
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    if is_path and not use_vllm:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model)
+    return model, tokenizer
+
+
 def make_backend(
     model, tokenizer, use_vllm: bool = False, batch_size: int = 64, progress: bool = False, vllm_kwargs=None
 ):

@@ -17,6 +17,11 @@ from .backends import decode_completions, is_conversational_prompt, render_promp
 from .settings import GenerationBackend, SamplingSettings
 
 
+def as_reward_func_list(reward_funcs) -> list[Callable]:
+    """One reward function or a sequence of them, as a list."""
+    return [reward_funcs] if callable(reward_funcs) else list(reward_funcs)
+
+
 def _noop(*args, **kwargs):
     return None
 

@@ -74,25 +74,34 @@ class SamplingSettings:
         return dataclasses.asdict(self)
 
 
-def sampling_from_keywords(sampling: "SamplingSettings | None", function: Callable, **keywords) -> SamplingSettings:
+def sampling_from_keywords(
+    sampling: "SamplingSettings | None", function: Callable, arguments: dict, needs_seed: str | None = None
+) -> SamplingSettings:
     """The settings of a public function that takes both loose sampling keywords and ``sampling=``.
 
-    Without ``sampling`` the keywords build the settings. With it, every keyword must still have ``function``'s
-    default: giving the settings both ways is an error (which one should win is a guess we refuse to make).
+    ``arguments`` holds the function's arguments (its ``locals()`` on entry); the `SamplingSettings` fields among its
+    parameters are read from it. Without ``sampling`` they build the settings. With it, each must still have
+    ``function``'s default: giving the settings both ways is an error (which one should win is a guess we refuse to
+    make). With ``needs_seed`` (the reason, for the message), the settings must be seeded and not greedy.
     """
+    parameters = inspect.signature(function).parameters
+    keywords = {f.name: arguments[f.name] for f in dataclasses.fields(SamplingSettings) if f.name in parameters}
     if sampling is None:
-        return SamplingSettings(**keywords)
-    if not isinstance(sampling, SamplingSettings):
+        sampling = SamplingSettings(**keywords)
+    elif not isinstance(sampling, SamplingSettings):
         raise TypeError(
             f"{function.__name__}: sampling must be a trl_rlvr_ext.sampling.SamplingSettings, got "
             f"{type(sampling).__name__}."
         )
-    parameters = inspect.signature(function).parameters
-    both = [name for name, value in keywords.items() if value != parameters[name].default]
-    if both:
+    elif both := [name for name, value in keywords.items() if value != parameters[name].default]:
         raise ValueError(
             f"{function.__name__} got sampling=SamplingSettings(...) and also {', '.join(both)}. Give the sampling "
             "settings one way: put them in the SamplingSettings, or drop sampling= and keep the keyword arguments."
+        )
+    if needs_seed is not None and (sampling.seed is None or sampling.greedy):
+        raise ValueError(
+            f"{function.__name__} needs seeded, non-greedy sampling settings ({needs_seed}); set seed to a number and "
+            "greedy=False."
         )
     return sampling
 

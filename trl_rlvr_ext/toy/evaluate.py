@@ -41,18 +41,8 @@ def evaluate_accuracy(
         ``pass@1_by_num_carries`` / ``greedy_by_num_carries`` when the dataset has a ``num_carries`` column.
     """
     sampling = sampling_from_keywords(
-        sampling,
-        evaluate_accuracy,
-        num_samples=num_samples,
-        temperature=temperature,
-        seed=seed,
-        max_new_tokens=max_new_tokens,
+        sampling, evaluate_accuracy, locals(), needs_seed="the greedy pass is made in addition to the samples"
     )
-    if sampling.seed is None or sampling.greedy:
-        raise ValueError(
-            "evaluate_accuracy needs seeded, non-greedy sampling settings (the greedy pass is made in addition to the "
-            "samples); set seed to a number and greedy=False."
-        )
     num_samples = sampling.num_samples
     if "prompt" not in dataset.column_names or "answer" not in dataset.column_names:
         raise ValueError(f"evaluate_accuracy needs 'prompt' and 'answer' columns, got {dataset.column_names}.")
