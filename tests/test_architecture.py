@@ -18,9 +18,10 @@ FLOORS = [
     ("_compat",),  # adapters to the installed versions of our dependencies
     ("losses", "rewards"),  # pure maths and verifiers
     ("lora_init", "_trl"),  # initialisers; guarded copies of TRL methods (they call into losses)
+    ("sampling",),  # SamplingSettings, generation backends, grading: the one generate-and-grade loop
     ("toy",),  # the embedded default: tiny model, tokenizer, task, warm start
     ("data",),  # one resolver: toy:, files, hub ids
-    ("evaluation",),  # sampling, pass@k, evaluator, callbacks
+    ("evaluation",),  # pass@k, evaluator, callbacks
     ("curation",),  # samplers, state, online controller, offline scoring
     ("grpo", "dpo"),  # configs and trainers
     ("__init__",),  # the public API

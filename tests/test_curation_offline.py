@@ -10,6 +10,7 @@ from datasets import Dataset, load_from_disk
 from trl_rlvr_ext.curation import offline
 from trl_rlvr_ext.curation.offline import filter_scored, score_dataset, score_rows
 from trl_rlvr_ext.evaluation.generation import TransformersBackend, render_prompt_ids
+from trl_rlvr_ext.sampling import SamplingSettings
 from trl_rlvr_ext.scripts.curate import cli_main
 
 
@@ -33,10 +34,10 @@ def test_scores_match_their_definitions(tiny):
     model, tokenizer = tiny
     rows = [dict(r) for r in problems(4)]
     backend = TransformersBackend(model, tokenizer, batch_size=16)
-    scores = score_rows(backend, tokenizer, rows, [parity_reward], 6, max_new_tokens=5, seed=3)
+    scores = score_rows(backend, tokenizer, rows, [parity_reward], SamplingSettings(6, max_new_tokens=5, seed=3))
     ids = render_prompt_ids(tokenizer, [r["prompt"] for r in rows])
-    sampled = backend.generate(ids, 6, max_new_tokens=5, seed=3)  # the same draws
-    greedy = backend.generate(ids, 1, greedy=True, max_new_tokens=5)
+    sampled = backend.generate(ids, SamplingSettings(6, max_new_tokens=5, seed=3))  # the same draws
+    greedy = backend.generate(ids, SamplingSettings(1, greedy=True, max_new_tokens=5))
     for row, score, samples, g in zip(rows, scores, sampled, greedy):
         texts = tokenizer.batch_decode(samples, skip_special_tokens=True)
         correct = parity_reward(texts, [row["idx"]] * 6)

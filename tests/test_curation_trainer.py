@@ -13,6 +13,7 @@ from trl.trainer.utils import split_tensor_dict
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.evaluation.generation import TransformersBackend, decode_completions, render_prompt_ids
 from trl_rlvr_ext.grpo.curation_mixin import CURATION_STATE_NAME
+from trl_rlvr_ext.sampling import SamplingSettings
 
 
 def length_reward(completions, curation_row=None, **kwargs):
@@ -162,7 +163,7 @@ def test_fused_greedy_rows_equal_a_separate_greedy_decode(tiny_model_path, tmp_p
     tokenizer = trainer.processing_class
     backend = TransformersBackend(trainer.model, tokenizer, batch_size=8)
     prompts = render_prompt_ids(tokenizer, [trainer.train_dataset[r]["prompt"] for r in rows])
-    separate = [x[0] for x in backend.generate(prompts, greedy=True, max_new_tokens=6)]
+    separate = [x[0] for x in backend.generate(prompts, SamplingSettings(greedy=True, max_new_tokens=6))]
     assert fused == separate
 
 
@@ -179,7 +180,7 @@ def test_greedy_pass_decodes_greedily_with_the_current_policy(tiny_model_path, t
     tokenizer = trainer.processing_class
     backend = TransformersBackend(trainer.model, tokenizer, batch_size=1)
     ids = backend.generate(
-        render_prompt_ids(tokenizer, [e["prompt"] for e in examples]), greedy=True, max_new_tokens=6
+        render_prompt_ids(tokenizer, [e["prompt"] for e in examples]), SamplingSettings(greedy=True, max_new_tokens=6)
     )
     expected = decode_completions(tokenizer, [x[0] for x in ids], False)
     assert seen[-1] == expected

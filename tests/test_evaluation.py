@@ -11,6 +11,7 @@ from datasets import Dataset
 from trl_rlvr_ext.evaluation import PassAtKCallback, evaluate_pass_at_k, pass_at_k
 from trl_rlvr_ext.evaluation.evaluator import count_correct
 from trl_rlvr_ext.evaluation.generation import TransformersBackend, grade, make_backend, render_prompt_ids
+from trl_rlvr_ext.sampling import SamplingSettings
 from trl_rlvr_ext.scripts.eval import cli_main
 
 
@@ -35,8 +36,9 @@ def test_batched_greedy_equals_one_prompt_at_a_time(tiny):
     model, tokenizer = tiny
     prompts = ["1+1=", "12+345=", "7=", "999+1="]  # different lengths: exercises left padding
     ids = render_prompt_ids(tokenizer, prompts)
-    batched = TransformersBackend(model, tokenizer, batch_size=4).generate(ids, greedy=True, max_new_tokens=6)
-    single = TransformersBackend(model, tokenizer, batch_size=1).generate(ids, greedy=True, max_new_tokens=6)
+    greedy = SamplingSettings(greedy=True, max_new_tokens=6)
+    batched = TransformersBackend(model, tokenizer, batch_size=4).generate(ids, greedy)
+    single = TransformersBackend(model, tokenizer, batch_size=1).generate(ids, greedy)
     assert batched == single
     assert all(len(per_prompt) == 1 and 1 <= len(per_prompt[0]) <= 6 for per_prompt in batched)
 
@@ -48,10 +50,10 @@ def test_sampling_is_seeded_and_leaves_the_global_rng_alone(tiny):
     torch.manual_seed(123)
     expected_next = torch.rand(3)
     torch.manual_seed(123)
-    a = backend.generate(ids, 4, temperature=1.0, max_new_tokens=5, seed=7)
+    a = backend.generate(ids, SamplingSettings(4, temperature=1.0, max_new_tokens=5, seed=7))
     assert torch.equal(torch.rand(3), expected_next)  # the caller's RNG stream is untouched
-    b = backend.generate(ids, 4, temperature=1.0, max_new_tokens=5, seed=7)
-    c = backend.generate(ids, 4, temperature=1.0, max_new_tokens=5, seed=8)
+    b = backend.generate(ids, SamplingSettings(4, temperature=1.0, max_new_tokens=5, seed=7))
+    c = backend.generate(ids, SamplingSettings(4, temperature=1.0, max_new_tokens=5, seed=8))
     assert a == b and a != c
     assert [len(x) for x in a] == [4, 4]
 
@@ -63,7 +65,8 @@ class FixedBackend:
         self.tokenizer, self.texts = tokenizer, texts_per_prompt
         self.calls = 0
 
-    def generate(self, prompt_ids, num_samples, **kwargs):
+    def generate(self, prompt_ids, sampling):
+        num_samples = sampling.num_samples
         out = []
         for _ in prompt_ids:
             texts = self.texts[self.calls]
@@ -78,7 +81,12 @@ def test_count_correct_counts_graded_samples(tiny):
     rows = [dict(r) for r in problems(3)]
     texts = [["ab", "a", "abcd"], ["a", "b", "c"], ["", "xy", "a"]]  # even lengths: 2, 0, 2 per problem
     counts = count_correct(
-        FixedBackend(tokenizer, texts), tokenizer, rows, [even_length_reward], 3, problems_per_batch=2
+        FixedBackend(tokenizer, texts),
+        tokenizer,
+        rows,
+        [even_length_reward],
+        SamplingSettings(3),
+        problems_per_batch=2,
     )
     assert counts.tolist() == [2, 0, 2]
 
@@ -396,14 +404,19 @@ def test_count_outcomes_groups_answers_per_problem(tiny):
         tokenizer,
         rows,
         [toy_accuracy_reward],
-        4,
+        SamplingSettings(4),
         problems_per_batch=2,
         answer_extractor=toy_answer,
     )
     assert counts.tolist() == [2, 1, 4]
     assert classes == [[(2, 2), (1, 0)], [(2, 0), (1, 1)], [(4, 4)]]  # unmarked answers abstain
     counts, classes = count_outcomes(
-        FixedBackend(tokenizer, texts), tokenizer, rows, [toy_accuracy_reward], 4, problems_per_batch=2
+        FixedBackend(tokenizer, texts),
+        tokenizer,
+        rows,
+        [toy_accuracy_reward],
+        SamplingSettings(4),
+        problems_per_batch=2,
     )
     assert counts.tolist() == [2, 1, 4] and classes is None
 

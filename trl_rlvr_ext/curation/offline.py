@@ -20,16 +20,19 @@ import json
 import math
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from ..evaluation.generation import (
-    decode_completions,
-    grade,
-    is_conversational_prompt,
+from ..sampling import (
+    SamplingSettings,
+    ScoringBackend,
+    as_reward_func_list,
+    load_model_and_tokenizer,
     make_backend,
     sample_and_grade,
+    sampling_from_keywords,
 )
 
 
@@ -56,45 +59,22 @@ def _shard_path(output_dir: str, index: int) -> str:
 
 
 def score_rows(
-    backend,
+    backend: ScoringBackend,
     tokenizer,
     rows: Sequence[dict],
     reward_funcs: Sequence[Callable],
-    num_samples: int,
-    *,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 256,
+    sampling: SamplingSettings,
     correct_threshold: float = 1.0,
-    seed: int | None = 0,
 ) -> list[dict]:
-    """Scores of each row (a dict with ``prompt`` and the reward functions' columns); see the module docstring."""
-    prompt_ids, sampled, correct = sample_and_grade(
-        backend,
-        tokenizer,
-        rows,
-        reward_funcs,
-        num_samples,
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
-        correct_threshold=correct_threshold,
-        seed=seed,
+    """Scores of each row (a dict with ``prompt`` and the reward functions' columns): ``sampling.num_samples``
+    samples, then one greedy decode with the same budget; see the module docstring."""
+    num_samples = sampling.num_samples
+    prompt_ids, sampled, _, correct = sample_and_grade(
+        backend, tokenizer, rows, reward_funcs, sampling, correct_threshold
     )
-    prompts = [row["prompt"] for row in rows]
-    columns = {key: [row[key] for row in rows] for key in rows[0] if key != "prompt"}
-
-    greedy = [
-        per_prompt[0] for per_prompt in backend.generate(prompt_ids, 1, greedy=True, max_new_tokens=max_new_tokens)
-    ]
-    greedy_correct = grade(
-        reward_funcs,
-        prompts,
-        decode_completions(tokenizer, greedy, is_conversational_prompt(prompts[0])),
-        greedy,
-        columns,
-        correct_threshold,
-    )
+    greedy_correct = sample_and_grade(
+        backend, tokenizer, rows, reward_funcs, sampling.as_greedy(), correct_threshold
+    ).correct[:, 0]
 
     # log-likelihood of the correct samples only (the quantity SELF's analysis tracks)
     pairs = [(i, j) for i in range(len(rows)) for j in range(num_samples) if correct[i, j]]
@@ -118,19 +98,8 @@ def score_rows(
     ]
 
 
-def _score_shard(backend, tokenizer, rows, reward_funcs, settings: dict, seed: int) -> list[dict]:
-    return score_rows(
-        backend,
-        tokenizer,
-        rows,
-        reward_funcs,
-        settings["num_samples"],
-        temperature=settings["temperature"],
-        top_p=settings["top_p"],
-        max_new_tokens=settings["max_new_tokens"],
-        correct_threshold=settings["correct_threshold"],
-        seed=seed,
-    )
+def _score_shard(backend, tokenizer, rows, reward_funcs, sampling: SamplingSettings, correct_threshold, seed: int):
+    return score_rows(backend, tokenizer, rows, reward_funcs, replace(sampling, seed=seed), correct_threshold)
 
 
 def _write_atomically(path: str, lines: list[dict]) -> None:
@@ -159,6 +128,7 @@ def score_dataset(
     vllm_kwargs: dict | None = None,
     seed: int = 0,
     progress: bool = True,
+    sampling: SamplingSettings | None = None,
 ):
     r"""
     Score every prompt of ``dataset`` with ``model``; resumable (see the module docstring).
@@ -178,16 +148,26 @@ def score_dataset(
         vllm_kwargs: arguments for `vllm.LLM`.
         seed: base sampling seed (shard ``i`` uses ``seed + i``).
         progress: show a progress bar over shards.
+        sampling (`trl_rlvr_ext.sampling.SamplingSettings`, *optional*): the sampling settings as one value, instead
+            of ``num_samples``, ``temperature``, ``top_p``, ``max_new_tokens`` and ``seed`` (which must then keep their
+            defaults: giving a setting both ways is an error). It must be seeded and must not be greedy (the greedy
+            decode is always made, on top of the samples).
 
     Returns:
         `datasets.Dataset`: ``dataset`` with the columns ``pass_rate``, ``num_correct``, ``num_samples``,
         ``greedy_correct`` and ``correct_mean_logprob``, also saved to ``<output_dir>/scored`` (``save_to_disk``).
     """
 
-    if callable(reward_funcs) and not isinstance(reward_funcs, (list, tuple)):
-        reward_funcs = [reward_funcs]
-    if num_samples < 1 or shard_size < 1:
-        raise ValueError(f"num_samples and shard_size must be at least 1, got {num_samples} and {shard_size}.")
+    reward_funcs = as_reward_func_list(reward_funcs)
+    sampling = sampling_from_keywords(
+        sampling,
+        score_dataset,
+        locals(),
+        needs_seed="shard i samples with seed + i, so that a resumed run draws what an uninterrupted one would; the "
+        "greedy decode is made in addition to the samples",
+    )
+    if shard_size < 1:
+        raise ValueError(f"shard_size must be at least 1, got {shard_size}.")
     if "prompt" not in dataset.column_names:
         raise ValueError(f"The dataset needs a 'prompt' column, got {dataset.column_names}.")
     if clash := [c for c in SCORE_COLUMNS if c in dataset.column_names]:
@@ -196,13 +176,13 @@ def score_dataset(
         "num_rows": len(dataset),
         "dataset_fingerprint": getattr(dataset, "_fingerprint", None),
         "model": model if isinstance(model, (str, os.PathLike)) else getattr(model, "name_or_path", None),
-        "num_samples": num_samples,
-        "temperature": temperature,
-        "top_p": top_p,
-        "max_new_tokens": max_new_tokens,
+        "num_samples": sampling.num_samples,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_new_tokens": sampling.max_new_tokens,
         "correct_threshold": correct_threshold,
         "shard_size": shard_size,
-        "seed": seed,
+        "seed": sampling.seed,
         "reward_funcs": [getattr(f, "__name__", type(f).__name__) for f in reward_funcs],
     }
     settings["model"] = None if settings["model"] is None else str(settings["model"])
@@ -222,23 +202,16 @@ def score_dataset(
     num_shards = -(-len(dataset) // shard_size)
     todo = [i for i in range(num_shards) if not os.path.isfile(_shard_path(output_dir, i))]
     if todo:
-        if tokenizer is None:
-            if not isinstance(model, (str, os.PathLike)):
-                raise ValueError("Pass the tokenizer when `model` is a loaded model.")
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(model)
-        if isinstance(model, (str, os.PathLike)) and not use_vllm:
-            from transformers import AutoModelForCausalLM
-
-            model = AutoModelForCausalLM.from_pretrained(model)
+        model, tokenizer = load_model_and_tokenizer(model, tokenizer, use_vllm)
         backend = make_backend(model, tokenizer, use_vllm, batch_size, vllm_kwargs=vllm_kwargs)
         bar = tqdm(total=num_shards, initial=num_shards - len(todo), desc="Scoring shards", disable=not progress)
         for i in todo:
             rows = [
                 dict(row) for row in dataset.select(range(i * shard_size, min((i + 1) * shard_size, len(dataset))))
             ]
-            scores = _score_shard(backend, tokenizer, rows, reward_funcs, settings, seed + i)
+            scores = _score_shard(
+                backend, tokenizer, rows, reward_funcs, sampling, settings["correct_threshold"], sampling.seed + i
+            )
             _write_atomically(
                 _shard_path(output_dir, i), [{"row": i * shard_size + j, **s} for j, s in enumerate(scores)]
             )

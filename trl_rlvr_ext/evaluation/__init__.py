@@ -28,10 +28,10 @@ _LAZY = {
     "save_results": ".evaluator",
     "load_results": ".evaluator",
     "plot_pass_at_k": ".plotting",
-    "TransformersBackend": ".generation",
-    "TrainerVLLMBackend": ".generation",
+    "TransformersBackend": "..sampling",
+    "TrainerVLLMBackend": "..sampling",
     "resolve_answer_extractor": ".answers",
-    "VLLMBackend": ".generation",
+    "VLLMBackend": "..sampling",
     "resolve_reward_funcs": ".generation",
 }
 

@@ -1,14 +1,21 @@
 """`PassAtKCallback`: held-out pass@k, pass^k and maj@k every N optimizer steps, logged with the trainer's metrics."""
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 from transformers import TrainerCallback
 
+from ..sampling import (
+    SamplingSettings,
+    TrainerVLLMBackend,
+    TransformersBackend,
+    as_reward_func_list,
+    sampling_from_keywords,
+)
 from .answers import resolve_answer_extractor
 from .evaluator import PassAtKResult, count_outcomes
-from .generation import TrainerVLLMBackend, TransformersBackend
 
 
 class PassAtKCallback(TrainerCallback):
@@ -53,6 +60,10 @@ class PassAtKCallback(TrainerCallback):
             ``"math"``, a callable ``text -> str | None``, or `None` (no maj@k).
         confidence_level: level of the bootstrap intervals over problems; `None` logs no intervals.
         bootstrap_resamples: bootstrap resamples (seeded with ``seed``, so every rank draws the same ones).
+        sampling (`trl_rlvr_ext.sampling.SamplingSettings`, *optional*): all the sampling settings as one value,
+            instead of ``num_samples``, ``temperature``, ``top_p``, ``max_new_tokens`` and ``seed`` (which must then
+            keep their defaults: giving a setting both ways is an error). Its ``max_new_tokens`` is used as given; its
+            seed also seeds the bootstrap (0 when it is `None`; rank ``r`` samples with ``seed + r * 1_000_003``).
     """
 
     def __init__(
@@ -74,20 +85,25 @@ class PassAtKCallback(TrainerCallback):
         answer_extractor="auto",
         confidence_level: float | None = 0.95,
         bootstrap_resamples: int = 1000,
+        sampling: SamplingSettings | None = None,
     ):
         if eval_steps < 1:
             raise ValueError(f"eval_steps must be at least 1, got {eval_steps}.")
-        if num_samples < 1:
-            raise ValueError(f"num_samples must be at least 1, got {num_samples}.")
+        # `max_new_tokens=None` means "the trainer's max_completion_length", known only once a trainer is bound
+        self.max_new_tokens_from_trainer = sampling is None and max_new_tokens is None
+        if self.max_new_tokens_from_trainer:
+            max_new_tokens = SamplingSettings.max_new_tokens  # a stand-in until `evaluate` reads the trainer's
+        self.sampling = sampling_from_keywords(sampling, PassAtKCallback.__init__, locals())
+        num_samples = self.sampling.num_samples
         if ks is not None and max(ks) > num_samples:
             raise ValueError(f"ks={list(ks)} asks for k > num_samples={num_samples}; raise num_samples or drop them.")
         self.rows = [dict(row) for row in eval_dataset]
         if not self.rows or "prompt" not in self.rows[0]:
             raise ValueError("eval_dataset must be a non-empty set of problems with a 'prompt' column.")
-        self.reward_funcs = [reward_funcs] if callable(reward_funcs) else list(reward_funcs)
+        self.reward_funcs = as_reward_func_list(reward_funcs)
         self.eval_steps, self.num_samples, self.ks = eval_steps, num_samples, ks
-        self.temperature, self.top_p, self.max_new_tokens = temperature, top_p, max_new_tokens
-        self.correct_threshold, self.batch_size, self.seed = correct_threshold, batch_size, seed
+        self.correct_threshold, self.batch_size = correct_threshold, batch_size
+        self.seed = 0 if self.sampling.seed is None else self.sampling.seed  # the bootstrap's seed
         self.eval_on_start, self.prefix = eval_on_start, prefix
         self.answer_extractor = resolve_answer_extractor(answer_extractor, self.reward_funcs)
         if confidence_level is not None and not 0.0 < confidence_level < 1.0:
@@ -144,7 +160,9 @@ class PassAtKCallback(TrainerCallback):
         per_rank = -(-len(self.rows) // world)
         mine = list(range(rank, len(self.rows), world))
         padded = mine + [mine[-1] if mine else 0] * (per_rank - len(mine))
-        max_new_tokens = self.max_new_tokens or getattr(trainer.args, "max_completion_length", None) or 256
+        max_new_tokens = self.sampling.max_new_tokens
+        if self.max_new_tokens_from_trainer:
+            max_new_tokens = getattr(trainer.args, "max_completion_length", None) or 256
         device = accelerator.device
         devices = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
@@ -187,18 +205,16 @@ class PassAtKCallback(TrainerCallback):
         return self.metrics_of(result)
 
     def _count(self, backend, rows, max_new_tokens: int, rank: int):
+        # ranks hold different problems; keep their streams apart too
+        sampling = dataclasses.replace(self.sampling, max_new_tokens=max_new_tokens).offset_seed(rank * 1_000_003)
         return count_outcomes(
             backend,
             self.trainer.processing_class,
             rows,
             self.reward_funcs,
-            self.num_samples,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_new_tokens=max_new_tokens,
+            sampling,
             correct_threshold=self.correct_threshold,
             problems_per_batch=max(1, self.batch_size // self.num_samples),
-            seed=self.seed + rank * 1_000_003,  # ranks hold different problems; keep their streams apart too
             answer_extractor=self.answer_extractor,
         )
 

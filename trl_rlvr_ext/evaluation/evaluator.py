@@ -9,8 +9,16 @@ from dataclasses import dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
-from .answers import resolve_answer_extractor
-from .generation import make_backend, sample_grade_and_extract
+from ..sampling import (
+    GenerationBackend,
+    SamplingSettings,
+    as_reward_func_list,
+    load_model_and_tokenizer,
+    make_backend,
+    sample_and_grade,
+    sampling_from_keywords,
+)
+from .answers import extract_answers, resolve_answer_extractor
 from .pass_at_k import answer_classes, pass_metrics
 
 
@@ -123,53 +131,41 @@ class PassAtKResult:
 
 
 def count_correct(
-    backend,
+    backend: GenerationBackend,
     tokenizer,
     rows: Sequence[dict],
     reward_funcs: Sequence[Callable],
-    num_samples: int,
+    sampling: SamplingSettings,
     *,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 256,
     correct_threshold: float = 1.0,
     problems_per_batch: int = 64,
-    seed: int | None = 0,
     progress: bool = False,
 ) -> np.ndarray:
-    """Number of correct samples among ``num_samples`` for each dataset row (a dict with ``prompt`` and the columns
-    the reward functions read). Problems are processed ``problems_per_batch`` at a time; batch ``b`` samples with
-    seed ``seed + b``, so the counts do not depend on how many batches ran before."""
+    """Number of correct samples among ``sampling.num_samples`` for each dataset row (a dict with ``prompt`` and the
+    columns the reward functions read). Problems are processed ``problems_per_batch`` at a time; batch ``b`` samples
+    with seed ``sampling.seed + b``, so the counts do not depend on how many batches ran before."""
     counts, _ = count_outcomes(
         backend,
         tokenizer,
         rows,
         reward_funcs,
-        num_samples,
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
+        sampling,
         correct_threshold=correct_threshold,
         problems_per_batch=problems_per_batch,
-        seed=seed,
         progress=progress,
     )
     return counts
 
 
 def count_outcomes(
-    backend,
+    backend: GenerationBackend,
     tokenizer,
     rows: Sequence[dict],
     reward_funcs: Sequence[Callable],
-    num_samples: int,
+    sampling: SamplingSettings,
     *,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    max_new_tokens: int = 256,
     correct_threshold: float = 1.0,
     problems_per_batch: int = 64,
-    seed: int | None = 0,
     progress: bool = False,
     answer_extractor: Callable[[str], str | None] | None = None,
 ) -> tuple[np.ndarray, list[list[tuple[int, int]]] | None]:
@@ -180,22 +176,13 @@ def count_outcomes(
     starts = range(0, len(rows), problems_per_batch)
     for b, start in enumerate(tqdm(starts, desc="Pass@k", disable=not progress)):
         batch = rows[start : start + problems_per_batch]
-        _, _, correct, answers = sample_grade_and_extract(
-            backend,
-            tokenizer,
-            batch,
-            reward_funcs,
-            num_samples,
-            temperature=temperature,
-            top_p=top_p,
-            max_new_tokens=max_new_tokens,
-            correct_threshold=correct_threshold,
-            seed=None if seed is None else seed + b,
-            answer_extractor=answer_extractor,
-        )
-        counts[start : start + len(batch)] = correct.sum(axis=1)
+        graded = sample_and_grade(backend, tokenizer, batch, reward_funcs, sampling.offset_seed(b), correct_threshold)
+        counts[start : start + len(batch)] = graded.correct.sum(axis=1)
         if classes is not None:
-            for offset, (row_answers, row_correct) in enumerate(zip(answers, correct)):
+            answers = extract_answers(answer_extractor, graded.completions)
+            n = sampling.num_samples
+            for offset, row_correct in enumerate(graded.correct):
+                row_answers = answers[offset * n : (offset + 1) * n]
                 classes[start + offset] = answer_classes(row_answers, row_correct.tolist())
     return counts, classes
 
@@ -221,6 +208,7 @@ def evaluate_pass_at_k(
     answer_extractor="auto",
     confidence_level: float | None = 0.95,
     bootstrap_resamples: int = 1000,
+    sampling: SamplingSettings | None = None,
 ) -> PassAtKResult:
     r"""
     Sample ``num_samples`` completions per problem, grade them, and compute the unbiased pass@k, pass^k and (with an
@@ -253,14 +241,17 @@ def evaluate_pass_at_k(
             ``"toy"``, ``"math"`` (math-verify), a callable ``text -> str | None``, or `None` (no maj@k).
         confidence_level: level of the bootstrap intervals over problems (`None`: no intervals).
         bootstrap_resamples: bootstrap resamples (seeded with ``seed``).
+        sampling (`trl_rlvr_ext.sampling.SamplingSettings`, *optional*):
+            All the sampling settings as one value, instead of ``num_samples``, ``temperature``, ``top_p``,
+            ``max_new_tokens`` and ``seed`` (which must then keep their defaults: giving a setting both ways is an
+            error). Its seed also seeds the bootstrap (0 when it is `None`).
 
     Returns:
         [`PassAtKResult`].
     """
-    if callable(reward_funcs) and not isinstance(reward_funcs, (list, tuple)):
-        reward_funcs = [reward_funcs]
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be at least 1, got {num_samples}.")
+    reward_funcs = as_reward_func_list(reward_funcs)
+    sampling = sampling_from_keywords(sampling, evaluate_pass_at_k, locals())
+    num_samples = sampling.num_samples
     if ks is not None and max(ks) > num_samples:
         raise ValueError(f"ks={list(ks)} asks for k > num_samples={num_samples}; sample more or drop those k.")
     rows = [dict(row) for row in dataset]
@@ -272,16 +263,7 @@ def evaluate_pass_at_k(
         raise ValueError(f"The dataset needs a 'prompt' column, got columns {sorted(rows[0])}.")
     if label is None:
         label = model if isinstance(model, str) else getattr(model, "name_or_path", type(model).__name__)
-    if tokenizer is None:
-        if not isinstance(model, (str, os.PathLike)):
-            raise ValueError("Pass the tokenizer when `model` is a loaded model.")
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(model)
-    if isinstance(model, (str, os.PathLike)) and not use_vllm:
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(model)
+    model, tokenizer = load_model_and_tokenizer(model, tokenizer, use_vllm)
     extractor = resolve_answer_extractor(answer_extractor, reward_funcs)
     backend = make_backend(model, tokenizer, use_vllm, batch_size, progress=False, vllm_kwargs=vllm_kwargs)
     counts, classes = count_outcomes(
@@ -289,26 +271,24 @@ def evaluate_pass_at_k(
         tokenizer,
         rows,
         reward_funcs,
-        num_samples,
-        temperature=temperature,
-        top_p=top_p,
-        max_new_tokens=max_new_tokens,
+        sampling,
         correct_threshold=correct_threshold,
         problems_per_batch=max(1, batch_size // num_samples),
-        seed=seed,
         progress=progress,
         answer_extractor=extractor,
     )
     n = np.full(len(rows), num_samples, dtype=np.int64)
     config = {
         "num_samples": num_samples,
-        "temperature": temperature,
-        "top_p": top_p,
-        "max_new_tokens": max_new_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_new_tokens": sampling.max_new_tokens,
         "correct_threshold": correct_threshold,
-        "seed": seed,
+        "seed": sampling.seed,
         "backend": "vllm" if use_vllm else "transformers",
     }
+    if sampling.greedy:
+        config["greedy"] = True
     if extractor is not None:
         config["answer_extractor"] = getattr(extractor, "__name__", type(extractor).__name__)
     return PassAtKResult.from_counts(
@@ -319,7 +299,7 @@ def evaluate_pass_at_k(
         classes,
         confidence_level=confidence_level,
         bootstrap_resamples=bootstrap_resamples,
-        seed=seed,
+        seed=0 if sampling.seed is None else sampling.seed,
         config=config,
     )
 

@@ -42,7 +42,7 @@ from ..curation.controller import (
     window_row_counts,
 )
 from ..curation.greedy import FusedGreedy, GreedyRows, SeparateGreedy, grade_sharded
-from ..evaluation.generation import call_reward_func, decode_completions, is_conversational_prompt
+from ..sampling import call_reward_func, decode_completions, is_conversational_prompt
 from .checkpoint_state import CheckpointState, CheckpointStateMixin
 from .grpo_config import SELF_SEQUENCE_AVERAGED_LOSS_TYPES
 

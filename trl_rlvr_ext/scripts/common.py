@@ -29,6 +29,46 @@ def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chat", action="store_true", help="Send each prompt as one user message (chat template).")
 
 
+def add_sampling_arguments(
+    parser: argparse.ArgumentParser, num_samples: int, temperature: float, top_p: float
+) -> None:
+    """The sampling and grading options shared by ``trl-rlvr-ext eval`` and ``trl-rlvr-ext curate`` (with their own
+    defaults for the first three); `sampling_settings` turns them into one `SamplingSettings`."""
+    parser.add_argument("--num_samples", type=int, default=num_samples, help="Samples per problem (n, or k).")
+    parser.add_argument("--temperature", type=float, default=temperature, help="Sampling temperature.")
+    parser.add_argument("--top_p", type=float, default=top_p, help="Nucleus sampling mass (1.0: off).")
+    parser.add_argument("--max_new_tokens", type=int, default=1024, help="Generation budget per sample.")
+    parser.add_argument("--seed", type=int, default=0, help="Sampling seed (batch or shard i samples with seed + i).")
+    parser.add_argument("--correct_threshold", type=float, default=1.0, help="Reward that counts as correct.")
+    parser.add_argument("--batch_size", type=int, default=64, help="Sequences per generate call.")
+    parser.add_argument("--use_vllm", action="store_true", help="Generate with vLLM (must be installed).")
+
+
+def sampling_settings(args: argparse.Namespace):
+    """The `trl_rlvr_ext.sampling.SamplingSettings` of the options `add_sampling_arguments` added (raises ValueError
+    or TypeError, naming the setting, when one is out of range)."""
+    from ..sampling import SamplingSettings
+
+    return SamplingSettings(
+        num_samples=args.num_samples,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+    )
+
+
+def load_problem_set(args: argparse.Namespace):
+    """``(dataset, reward_funcs)`` of the options `add_problem_arguments` added plus ``--split`` and
+    ``--reward_funcs`` (raises ValueError, FileNotFoundError or ImportError with what is wrong)."""
+    from ..evaluation.data import load_problems, with_prompt_column
+    from ..evaluation.generation import resolve_reward_funcs
+
+    dataset = load_problems(args.dataset, args.split, args.dataset_config)
+    dataset = with_prompt_column(dataset, args.prompt_column, args.prompt_template, args.chat)
+    return dataset, resolve_reward_funcs(args.reward_funcs)
+
+
 def fail(prog: str, message: str) -> int:
     """Print ``prog: error: message`` on stderr (no traceback) and return the usage-error exit status, 2."""
     print(f"{prog}: error: {message}", file=sys.stderr)

@@ -12,7 +12,14 @@ import argparse
 import os
 import sys
 
-from .common import HelpFormatter, add_problem_arguments, fail
+from .common import (
+    HelpFormatter,
+    add_problem_arguments,
+    add_sampling_arguments,
+    fail,
+    load_problem_set,
+    sampling_settings,
+)
 
 
 PROG = "trl-rlvr-ext curate"
@@ -46,16 +53,9 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
         "--reward_funcs", nargs="+", required=True, help="Reward functions (names or import paths), as for eval."
     )
     parser.add_argument("--output_dir", required=True, help="Shards, settings, scored/ and filtered/ go here.")
-    parser.add_argument("--num_samples", type=int, default=8, help="Samples per prompt, k.")
-    parser.add_argument("--temperature", type=float, default=1.0, help="Sampling temperature.")
-    parser.add_argument("--top_p", type=float, default=1.0, help="Nucleus sampling.")
-    parser.add_argument("--max_new_tokens", type=int, default=1024, help="Generation budget.")
-    parser.add_argument("--correct_threshold", type=float, default=1.0, help="Reward that counts as correct.")
+    add_sampling_arguments(parser, num_samples=8, temperature=1.0, top_p=1.0)
     parser.add_argument("--shard_size", type=int, default=256, help="Prompts per shard (the resumable unit).")
-    parser.add_argument("--batch_size", type=int, default=64, help="Sequences per generate call.")
     parser.add_argument("--num_problems", type=int, default=None, help="Score only the first N prompts.")
-    parser.add_argument("--seed", type=int, default=0, help="Base sampling seed.")
-    parser.add_argument("--use_vllm", action="store_true", help="Generate with vLLM (must be installed).")
     parser.add_argument("--min_pass_rate", type=float, default=None, help="Keep pass_rate >= this.")
     parser.add_argument("--max_pass_rate", type=float, default=None, help="Keep pass_rate <= this.")
     parser.add_argument("--drop_greedy_correct", action="store_true", help="Keep only greedily unsolved prompts.")
@@ -80,20 +80,17 @@ def cli_main(argv: list[str] | None = None) -> int:
 
     try:
         check_model_name_or_path(args.model)
-    except (ValueError, FileNotFoundError) as error:
+        sampling = sampling_settings(args)
+    except (ValueError, TypeError, FileNotFoundError) as error:
         return fail(PROG, str(error))
 
     import numpy as np
 
     from ..curation.offline import CurationSettingsError, filter_scored, score_dataset
-    from ..evaluation.data import load_problems, with_prompt_column
-    from ..evaluation.generation import resolve_reward_funcs
     from .utils import resolve_model_name_or_path
 
     try:
-        dataset = load_problems(args.dataset, args.split, args.dataset_config)
-        dataset = with_prompt_column(dataset, args.prompt_column, args.prompt_template, args.chat)
-        reward_funcs = resolve_reward_funcs(args.reward_funcs)
+        dataset, reward_funcs = load_problem_set(args)
     except (ValueError, FileNotFoundError, ImportError) as error:
         return fail(PROG, str(error))
     if args.num_problems is not None:
@@ -104,15 +101,11 @@ def cli_main(argv: list[str] | None = None) -> int:
             dataset,
             reward_funcs,
             args.output_dir,
-            num_samples=args.num_samples,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            max_new_tokens=args.max_new_tokens,
             correct_threshold=args.correct_threshold,
             shard_size=args.shard_size,
             batch_size=args.batch_size,
             use_vllm=args.use_vllm,
-            seed=args.seed,
+            sampling=sampling,
         )
     except CurationSettingsError as error:
         return fail(PROG, settings_clash_message(error))

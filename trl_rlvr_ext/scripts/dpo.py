@@ -17,7 +17,14 @@ random model (no hub access); local files (.json/.jsonl/.csv/.parquet) and `save
 
 from collections.abc import Sequence
 
-from .launch import SummaryOption, TrainingCommand, run_training_cli
+from .launch import (
+    DEVICE_SUMMARY,
+    LORA_SUMMARY,
+    OUTPUT_AND_LENGTH_SUMMARY,
+    SummaryOption,
+    TrainingCommand,
+    run_training_cli,
+)
 
 
 REQUIRED_COLUMNS = ("chosen", "rejected")
@@ -84,26 +91,13 @@ SUMMARY = (
         None,
         "Hub id, local file (.json/.jsonl/.csv/.parquet), save_to_disk folder, or 'toy:preference'.",
     ),
-    SummaryOption("output_dir", None, "Where the model and checkpoints go.", "TRL's 'trainer_output' if unset"),
-    SummaryOption("max_steps", -1, "Optimiser steps; -1: train num_train_epochs epochs."),
-    SummaryOption("num_train_epochs", 3.0, "Epochs over the training set (when max_steps is -1)."),
-    SummaryOption("learning_rate", 1e-06, "Peak learning rate of AdamW."),
+    *OUTPUT_AND_LENGTH_SUMMARY,
     SummaryOption("per_device_train_batch_size", 8, "Preference pairs per device per micro-step."),
     SummaryOption("beta", 0.1, "DPO's beta: higher stays closer to the reference model."),
     SummaryOption("loss_type", ["sigmoid"], "TRL's DPO loss(es): sigmoid (DPO), ipo, hinge, ..."),
     SummaryOption("max_length", 1024, "Tokens per prompt + completion (longer pairs are truncated)."),
-    SummaryOption("use_peft", False, "Train a LoRA adapter (lora_r, lora_alpha, lora_target_modules ...)."),
-    SummaryOption("lora_init", None, "Initialise the LoRA adapter: rlpo, rlmo, pissa, milora."),
-    SummaryOption("use_cpu", False, "Train on CPU (needed on a machine without a GPU)."),
-    SummaryOption(
-        "bf16", None, "bf16 mixed precision.", "on unless fp16 is set: on a CPU add --use_cpu true, or --bf16 false"
-    ),
-    SummaryOption(
-        "activation_checkpointing",
-        None,
-        "Recompute activations in the backward pass (less memory, slower).",
-        "TRL turns it on if unset",
-    ),
+    *LORA_SUMMARY,
+    *DEVICE_SUMMARY,
 )
 
 COMMAND = TrainingCommand(

@@ -13,7 +13,14 @@ import argparse
 import os
 import sys
 
-from .common import HelpFormatter, add_problem_arguments, fail
+from .common import (
+    HelpFormatter,
+    add_problem_arguments,
+    add_sampling_arguments,
+    fail,
+    load_problem_set,
+    sampling_settings,
+)
 
 
 PROG = "trl-rlvr-ext eval"
@@ -36,16 +43,10 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
         help="Reward functions that grade a sample (all must reach the threshold): toy_accuracy, math_accuracy, "
         "TRL's accuracy_reward, ..., or an import path pkg.module.func.",
     )
-    parser.add_argument("--num_samples", type=int, default=16, help="Samples per problem, n.")
+    # the papers' settings: temperature 0.6, top-p 0.95
+    add_sampling_arguments(parser, num_samples=16, temperature=0.6, top_p=0.95)
     parser.add_argument("--ks", type=int, nargs="+", default=None, help="k's to report (None: 1, 2, 4, ..., n).")
-    parser.add_argument("--temperature", type=float, default=0.6, help="Sampling temperature (the papers': 0.6).")
-    parser.add_argument("--top_p", type=float, default=0.95, help="Nucleus sampling (the papers': 0.95).")
-    parser.add_argument("--max_new_tokens", type=int, default=1024, help="Generation budget per sample.")
-    parser.add_argument("--correct_threshold", type=float, default=1.0, help="Reward that counts as correct.")
-    parser.add_argument("--batch_size", type=int, default=64, help="Sequences per generate call.")
     parser.add_argument("--num_problems", type=int, default=None, help="Evaluate only the first N problems.")
-    parser.add_argument("--seed", type=int, default=0, help="Sampling seed.")
-    parser.add_argument("--use_vllm", action="store_true", help="Generate with vLLM (must be installed).")
     parser.add_argument(
         "--answer_extractor",
         default="auto",
@@ -85,6 +86,10 @@ def cli_main(argv: list[str] | None = None) -> int:
         return fail(PROG, f"--confidence_level must be in (0, 1), or 0 for no intervals; got {args.confidence_level}.")
     if args.bootstrap_resamples < 1:
         return fail(PROG, f"--bootstrap_resamples must be at least 1, got {args.bootstrap_resamples}.")
+    try:
+        sampling = sampling_settings(args)
+    except (ValueError, TypeError) as error:
+        return fail(PROG, str(error))
     if args.labels is not None and len(args.labels) != len(args.model):
         return fail(PROG, f"--labels needs one name per --model ({len(args.model)}), got {len(args.labels)}.")
     if not args.no_plot:
@@ -104,13 +109,8 @@ def cli_main(argv: list[str] | None = None) -> int:
             check_model_name_or_path(model)
         except (ValueError, FileNotFoundError) as error:
             return fail(PROG, str(error))
-    from ..evaluation.data import load_problems, with_prompt_column
-    from ..evaluation.generation import resolve_reward_funcs
-
     try:
-        dataset = load_problems(args.dataset, args.split, args.dataset_config)
-        dataset = with_prompt_column(dataset, args.prompt_column, args.prompt_template, args.chat)
-        reward_funcs = resolve_reward_funcs(args.reward_funcs)
+        dataset, reward_funcs = load_problem_set(args)
     except (ValueError, FileNotFoundError, ImportError) as error:
         return fail(PROG, str(error))
     os.makedirs(args.output_dir, exist_ok=True)
@@ -127,15 +127,11 @@ def cli_main(argv: list[str] | None = None) -> int:
                 resolve_model_name_or_path(model),
                 dataset,
                 reward_funcs,
-                num_samples=args.num_samples,
                 ks=args.ks,
-                temperature=args.temperature,
-                top_p=args.top_p,
-                max_new_tokens=args.max_new_tokens,
                 correct_threshold=args.correct_threshold,
                 batch_size=args.batch_size,
                 use_vllm=args.use_vllm,
-                seed=args.seed,
+                sampling=sampling,
                 num_problems=args.num_problems,
                 label=label,
                 answer_extractor=None if args.answer_extractor == "none" else args.answer_extractor,

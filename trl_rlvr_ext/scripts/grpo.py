@@ -10,7 +10,14 @@ Every key of the YAML is a field of `RLVRGRPOScriptArguments`, `RLVRGRPOConfig`,
 level, so that ``--help`` answers at once.
 """
 
-from .launch import SummaryOption, TrainingCommand, run_training_cli
+from .launch import (
+    DEVICE_SUMMARY,
+    LORA_SUMMARY,
+    OUTPUT_AND_LENGTH_SUMMARY,
+    SummaryOption,
+    TrainingCommand,
+    run_training_cli,
+)
 
 
 def __getattr__(name):
@@ -85,10 +92,7 @@ SUMMARY = (
     SummaryOption(
         "reward_funcs", ["toy_accuracy"], "Reward names (toy_accuracy, math_accuracy, ...) or import paths."
     ),
-    SummaryOption("output_dir", None, "Where the model and checkpoints go.", "TRL's 'trainer_output' if unset"),
-    SummaryOption("max_steps", -1, "Optimiser steps; -1: train num_train_epochs epochs."),
-    SummaryOption("num_train_epochs", 3.0, "Epochs over the training set (when max_steps is -1)."),
-    SummaryOption("learning_rate", 1e-06, "Peak learning rate of AdamW."),
+    *OUTPUT_AND_LENGTH_SUMMARY,
     SummaryOption("per_device_train_batch_size", 8, "Completions per device per optimiser micro-step."),
     SummaryOption("num_generations", 8, "Completions per prompt (the GRPO group)."),
     SummaryOption("max_completion_length", 512, "Generation budget in tokens."),
@@ -102,19 +106,9 @@ SUMMARY = (
     SummaryOption("beta", 0.0, "KL coefficient; 0 loads no reference model."),
     SummaryOption("clip_recovery", "none", "Stochastic clip recovery: none (stock TRL), nsr, nsr_expected."),
     SummaryOption("curation", "none", "Online prompt curation: none (stock TRL), self, pass_rate."),
-    SummaryOption("use_peft", False, "Train a LoRA adapter (lora_r, lora_alpha, lora_target_modules ...)."),
-    SummaryOption("lora_init", None, "Initialise the LoRA adapter: rlpo, rlmo, pissa, milora."),
+    *LORA_SUMMARY,
     SummaryOption("use_vllm", False, "Generate with vLLM (installed separately)."),
-    SummaryOption("use_cpu", False, "Train on CPU (needed on a machine without a GPU)."),
-    SummaryOption(
-        "bf16", None, "bf16 mixed precision.", "on unless fp16 is set: on a CPU add --use_cpu true, or --bf16 false"
-    ),
-    SummaryOption(
-        "activation_checkpointing",
-        None,
-        "Recompute activations in the backward pass (less memory, slower).",
-        "TRL turns it on if unset",
-    ),
+    *DEVICE_SUMMARY,
 )
 
 COMMAND = TrainingCommand(

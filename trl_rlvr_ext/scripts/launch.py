@@ -32,6 +32,31 @@ class SummaryOption:
     note: str = ""
 
 
+# Summary lines that read the same for every training script (each script's SUMMARY places them among its own)
+OUTPUT_AND_LENGTH_SUMMARY = (
+    SummaryOption("output_dir", None, "Where the model and checkpoints go.", "TRL's 'trainer_output' if unset"),
+    SummaryOption("max_steps", -1, "Optimiser steps; -1: train num_train_epochs epochs."),
+    SummaryOption("num_train_epochs", 3.0, "Epochs over the training set (when max_steps is -1)."),
+    SummaryOption("learning_rate", 1e-06, "Peak learning rate of AdamW."),
+)
+LORA_SUMMARY = (
+    SummaryOption("use_peft", False, "Train a LoRA adapter (lora_r, lora_alpha, lora_target_modules ...)."),
+    SummaryOption("lora_init", None, "Initialise the LoRA adapter: rlpo, rlmo, pissa, milora."),
+)
+DEVICE_SUMMARY = (
+    SummaryOption("use_cpu", False, "Train on CPU (needed on a machine without a GPU)."),
+    SummaryOption(
+        "bf16", None, "bf16 mixed precision.", "on unless fp16 is set: on a CPU add --use_cpu true, or --bf16 false"
+    ),
+    SummaryOption(
+        "activation_checkpointing",
+        None,
+        "Recompute activations in the backward pass (less memory, slower).",
+        "TRL turns it on if unset",
+    ),
+)
+
+
 @dataclass(frozen=True)
 class TrainingCommand:
     name: str  # the subcommand: "grpo" or "dpo"

@@ -2,31 +2,8 @@
 
 from collections import defaultdict
 
-import torch
-from tqdm.auto import tqdm
-
 from ..rewards.toy import toy_accuracy_reward
-
-
-def _prompt_text(prompt, tokenizer) -> str:
-    if isinstance(prompt, str):  # standard format
-        return prompt
-    return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)  # conversational
-
-
-@torch.no_grad()
-def _generate(model, tokenizer, prompts: list[str], num_return_sequences: int, do_sample: bool, **gen_kwargs):
-    encoded = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-    encoded = {k: v.to(model.device) for k, v in encoded.items()}
-    output = model.generate(
-        **encoded,
-        do_sample=do_sample,
-        num_return_sequences=num_return_sequences,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        **gen_kwargs,
-    )
-    return tokenizer.batch_decode(output[:, encoded["input_ids"].size(1) :], skip_special_tokens=True)
+from ..sampling import SamplingSettings, TransformersBackend, sample_and_grade, sampling_from_keywords
 
 
 def evaluate_accuracy(
@@ -40,6 +17,7 @@ def evaluate_accuracy(
     max_new_tokens: int = 8,
     reward_func=toy_accuracy_reward,
     progress: bool = False,
+    sampling: SamplingSettings | None = None,
 ) -> dict:
     """Greedy accuracy and sampled pass@1 of ``model`` on ``dataset`` (columns ``prompt`` and ``answer``).
 
@@ -51,6 +29,10 @@ def evaluate_accuracy(
         batch_size: prompts per `generate` call (each sampled ``num_samples`` times).
         max_new_tokens: generation budget; the toy task needs answer digits + 2 markers + EOS.
         reward_func: a TRL-style reward ``f(completions, answer, **kw) -> list[float]``; 1.0 counts as correct.
+        sampling (`trl_rlvr_ext.sampling.SamplingSettings`, *optional*): the sampling settings as one value, instead
+            of ``num_samples``, ``temperature``, ``seed`` and ``max_new_tokens`` (which must then keep their defaults:
+            giving a setting both ways is an error); it must be seeded and not greedy. Its ``top_p`` is used (the
+            keyword form samples with top-p 1.0). The greedy pass uses its ``max_new_tokens``.
 
     Returns:
         A dict with ``greedy_accuracy`` (share of problems whose greedy completion is correct), ``pass@1`` (mean
@@ -58,40 +40,23 @@ def evaluate_accuracy(
         least one sample), ``per_problem_pass_rate`` (list, one per problem), ``num_problems``, ``num_samples``, and
         ``pass@1_by_num_carries`` / ``greedy_by_num_carries`` when the dataset has a ``num_carries`` column.
     """
-    if num_samples < 1:
-        raise ValueError(f"num_samples={num_samples} must be at least 1.")
+    sampling = sampling_from_keywords(
+        sampling, evaluate_accuracy, locals(), needs_seed="the greedy pass is made in addition to the samples"
+    )
+    num_samples = sampling.num_samples
     if "prompt" not in dataset.column_names or "answer" not in dataset.column_names:
         raise ValueError(f"evaluate_accuracy needs 'prompt' and 'answer' columns, got {dataset.column_names}.")
-    prompts = [_prompt_text(p, tokenizer) for p in dataset["prompt"]]
-    answers = list(dataset["answer"])
-    was_training = model.training
-    model.eval()
-    greedy, pass_rates = [], []
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            for start in tqdm(range(0, len(prompts), batch_size), desc="Evaluating", disable=not progress):
-                batch, gold = prompts[start : start + batch_size], answers[start : start + batch_size]
-                completions = _generate(model, tokenizer, batch, 1, False, max_new_tokens=max_new_tokens)
-                greedy.extend(reward_func(completions=completions, answer=gold))
-                completions = _generate(
-                    model,
-                    tokenizer,
-                    batch,
-                    num_samples,
-                    True,
-                    max_new_tokens=max_new_tokens,
-                    temperature=temperature,
-                    top_k=0,
-                    top_p=1.0,
-                )
-                rewards = reward_func(completions=completions, answer=[g for g in gold for _ in range(num_samples)])
-                pass_rates.extend(
-                    sum(rewards[i * num_samples : (i + 1) * num_samples]) / num_samples for i in range(len(batch))
-                )
-    finally:
-        model.train(was_training)
-    n = len(prompts)
+    rows = [dict(row) for row in dataset]
+    # One backend per pass, so that a `generate` call holds `batch_size` prompts in both (each sampled `num_samples`
+    # times in the second): the batches, and with them the draws of the seeded RNG, are those of a loop over
+    # `batch_size` prompts. The greedy pass draws nothing, so running it first leaves the sampled draws unchanged.
+    greedy_backend = TransformersBackend(model, tokenizer, batch_size=batch_size, progress=progress)
+    sampling_backend = TransformersBackend(model, tokenizer, batch_size=batch_size * num_samples, progress=progress)
+    greedy = sample_and_grade(greedy_backend, tokenizer, rows, [reward_func], sampling.as_greedy()).correct[:, 0]
+    correct = sample_and_grade(sampling_backend, tokenizer, rows, [reward_func], sampling).correct
+    greedy = [float(g) for g in greedy]
+    pass_rates = [float(c.sum()) / num_samples for c in correct]
+    n = len(rows)
     result = {
         "greedy_accuracy": sum(greedy) / n,
         "pass@1": sum(pass_rates) / n,

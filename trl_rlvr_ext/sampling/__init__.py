@@ -1,0 +1,45 @@
+"""The sampling layer: `SamplingSettings`, the `GenerationBackend` protocol and its backends (transformers, vLLM, a
+trainer's vLLM engine), TRL-style grading, and `sample_and_grade`, the one generate-and-grade loop that Pass@k
+evaluation, offline curation and the toy evaluation share.
+
+It sits below the toy, evaluation and curation (see CONTRIBUTING.md): it imports no other part of the package.
+"""
+
+from .backends import (
+    TrainerVLLMBackend,
+    TransformersBackend,
+    VLLMBackend,
+    decode_completions,
+    eos_token_ids_of,
+    is_conversational_prompt,
+    load_model_and_tokenizer,
+    make_backend,
+    render_prompt_ids,
+    truncate_at_eos,
+)
+from .grading import GradedSamples, as_reward_func_list, call_reward_func, grade, reward_func_name, sample_and_grade
+from .settings import GenerationBackend, SamplingSettings, ScoringBackend, sampling_from_keywords
+
+
+__all__ = [
+    "GenerationBackend",
+    "GradedSamples",
+    "SamplingSettings",
+    "ScoringBackend",
+    "TrainerVLLMBackend",
+    "TransformersBackend",
+    "VLLMBackend",
+    "as_reward_func_list",
+    "call_reward_func",
+    "decode_completions",
+    "eos_token_ids_of",
+    "grade",
+    "is_conversational_prompt",
+    "load_model_and_tokenizer",
+    "make_backend",
+    "render_prompt_ids",
+    "reward_func_name",
+    "sample_and_grade",
+    "sampling_from_keywords",
+    "truncate_at_eos",
+]
