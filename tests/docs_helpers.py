@@ -208,6 +208,17 @@ def docs_toy_cache(tmp_path_factory):
         root = root.parent
     path = root / "docs_toy_cache"
     path.mkdir(exist_ok=True)
+    # Build the shared models up front, one worker at a time: `toy:tiny` is written in place (no atomic rename), so two
+    # workers building it at once could let one read a half-written model.
+    from filelock import FileLock
+
+    with FileLock(str(root / "docs_toy_cache.lock")), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TRL_RLVR_EXT_TOY_SIZE", "smoke")
+        patch.setenv("TRL_RLVR_EXT_CACHE", str(path))
+        from trl_rlvr_ext.scripts.utils import resolve_model_name_or_path
+
+        for name in ("toy:base", "toy:tiny"):
+            resolve_model_name_or_path(name)
     return path
 
 
