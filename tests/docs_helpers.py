@@ -215,7 +215,10 @@ def docs_toy_cache(tmp_path_factory):
     with FileLock(str(root / "docs_toy_cache.lock")), pytest.MonkeyPatch.context() as patch:
         patch.setenv("TRL_RLVR_EXT_TOY_SIZE", "smoke")
         patch.setenv("TRL_RLVR_EXT_CACHE", str(path))
-        from trl_rlvr_ext.scripts.utils import resolve_model_name_or_path
+        try:  # where the toy names resolve for the scripts and CLIs
+            from trl_rlvr_ext.data import resolve_model_name_or_path
+        except ImportError:
+            from trl_rlvr_ext.scripts.utils import resolve_model_name_or_path
 
         for name in ("toy:base", "toy:tiny"):
             resolve_model_name_or_path(name)
