@@ -40,7 +40,10 @@ PAGE_TESTS = {
     "tutorials/offline_curation.md": "test_docs_curation.py::test_offline_curation_tutorial_runs",
     "reference/api.md": "no code blocks",
     "reference/metrics.md": "no code blocks",
+    "reference/reliability.md": "test_rewards_docs.py::test_reliability_page_runs",
 }
+# Pages registered above that arrive with another branch: absent until it is merged, checked once they are there.
+_ARRIVING = {"reference/reliability.md"}
 _VISIBLE_NOTE = re.compile(r'^!!! \w+ "(?P<title>[^"]+)"\n(?P<body>(?:(?: {4}.*)?\n)*)\Z', re.MULTILINE)
 
 
@@ -48,9 +51,15 @@ def _pages():
     return sorted(str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md"))
 
 
+def _present(pages):
+    return [page for page in pages if (DOCS / page).is_file() or page not in _ARRIVING]
+
+
 def test_every_page_is_run():
-    assert _pages() == sorted(PAGE_TESTS), "add the new page to PAGE_TESTS, with the test that runs its blocks"
+    assert _pages() == sorted(_present(PAGE_TESTS)), "add the new page to PAGE_TESTS, with the test that runs it"
     for page, where in PAGE_TESTS.items():
+        if not (DOCS / page).is_file():
+            continue
         blocks = [b for b in code_blocks(DOCS / page) if b.language in RUN_LANGUAGES]
         if where == "no code blocks":
             assert not blocks, f"{page} has code blocks now: run them in a test"
@@ -59,7 +68,7 @@ def test_every_page_is_run():
             assert f"def {name}(" in (Path(__file__).parent / module).read_text(), where
 
 
-@pytest.mark.parametrize("page", [p for p in PAGE_TESTS if p != "installation.md"])
+@pytest.mark.parametrize("page", [p for p in _present(PAGE_TESTS) if p != "installation.md"])
 def test_marked_blocks_say_so_in_words(page):
     """A block the tests do not run as is (skip), or run from a clone (clone), or on a CPU only as a config (gpu),
     has an admonition right above its mark, so the reader sees what it needs."""
