@@ -193,8 +193,15 @@ def run_markdown(path, workdir, until: int | None = None) -> dict:
     return namespace
 
 
-def run_docs_page(page: str, workdir, until: int | None = None) -> dict:
+def run_docs_page(page: str, workdir, substitutions=None, until: int | None = None) -> dict:
     """`run_markdown` for a page under ``docs/`` (``page`` relative to it, e.g. ``"tutorials/is_dpo.md"``)."""
+    if substitutions:
+        raise TypeError(
+            f"run_docs_page({page!r}) no longer substitutes text: the docs run as printed. Make the printed example "
+            "cheap (TRL_RLVR_EXT_TOY_SIZE=smoke shrinks the toy's defaults; the docs_env fixture sets it), or mark the "
+            "block (<!-- docs-test: gpu --> for a GPU config, <!-- docs-test: skip (why) -->) with a visible note "
+            "above it; see tests/docs_helpers.py."
+        )
     return run_markdown(DOCS / page, workdir, until=until)
 
 

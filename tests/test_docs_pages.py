@@ -41,9 +41,17 @@ PAGE_TESTS = {
     "reference/api.md": "no code blocks",
     "reference/metrics.md": "no code blocks",
     "reference/reliability.md": "test_rewards_docs.py::test_reliability_page_runs",
+    "methods/dynamic_sampling.md": "test_docs_dynamic_sampling.py::test_dynamic_sampling_method_page_config_example",
+    "tutorials/dynamic_sampling.md": "test_docs_dynamic_sampling.py::test_dynamic_sampling_tutorial_runs_as_printed",
+    "tutorials/reasoning_gym.md": "test_docs_reasoning_gym.py::test_reasoning_gym_page_runs",
 }
-# Pages registered above that arrive with another branch: absent until it is merged, checked once they are there.
-_ARRIVING = {"reference/reliability.md"}
+# Pages registered above that arrive with other branches: absent until merged, checked once they are there.
+_ARRIVING = {
+    "reference/reliability.md",
+    "methods/dynamic_sampling.md",
+    "tutorials/dynamic_sampling.md",
+    "tutorials/reasoning_gym.md",
+}
 _VISIBLE_NOTE = re.compile(r'^!!! \w+ "(?P<title>[^"]+)"\n(?P<body>(?:(?: {4}.*)?\n)*)\Z', re.MULTILINE)
 
 
@@ -193,3 +201,8 @@ def test_harness_bash_uses_this_environment(tmp_path):
     page.write_text('```bash\npython -c "import trl_rlvr_ext, sys; print(trl_rlvr_ext.__file__)" > where.txt\n```\n')
     run_markdown(page, tmp_path)
     assert Path((tmp_path / "where.txt").read_text().strip()).is_relative_to(ROOT)
+
+
+def test_harness_refuses_to_substitute_text(tmp_path):
+    with pytest.raises(TypeError, match="no longer substitutes text"):
+        run_docs_page("methods/nsr.md", tmp_path, {'output_dir="out",': 'output_dir="out", use_cpu=True,'})
