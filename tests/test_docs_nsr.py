@@ -1,34 +1,30 @@
-"""The NSR docs run: the offline GRPO+NSR tutorial (shrunk) and the method page's configuration example."""
+"""The NSR docs run as printed: the offline GRPO+NSR tutorial (smoke-sized toy) and the method page's configuration."""
 
-from docs_helpers import run_docs_page
+from pathlib import Path
+
+import pytest
+from docs_helpers import docs_env, docs_toy_cache, run_docs_page  # noqa: F401 -- fixtures
 
 
+@pytest.mark.slow
+@pytest.mark.usefixtures("docs_env")
 def test_grpo_nsr_tutorial_runs(tmp_path):
-    tiny_base = (
-        f"get_base_model_path(cache_dir={str(tmp_path / 'cache')!r}, hidden_size=32, num_hidden_layers=1, "
-        "intermediate_size=64, num_steps=20, batch_size=32)"
-    )
-    namespace = run_docs_page(
-        "tutorials/grpo_nsr.md",
-        tmp_path,
-        substitutions={
-            "get_base_model_path()": tiny_base,
-            "make_task_datasets()": "make_task_datasets(num_train=64, num_test=8)",
-            "per_device_train_batch_size=64": "per_device_train_batch_size=16",
-            "max_steps=60": "max_steps=2",
-            "logging_steps=10": "logging_steps=1",
-        },
-    )
-    logs = namespace["trainer"].state.log_history
+    namespace = run_docs_page("tutorials/grpo_nsr.md", tmp_path)
+    trainer, args = namespace["trainer"], namespace["args"]
+    logs = trainer.state.log_history
+    assert trainer.state.global_step == args.max_steps == 60  # as printed
     assert "train_loss" in logs[-1]
     assert all("clip_recovery/high_frac" in log for log in logs if "loss" in log)
-    assert namespace["args"].clip_recovery == "nsr" and namespace["args"].steps_per_generation == 4
+    assert args.clip_recovery == "nsr" and args.steps_per_generation == 4
     assert 0.0 <= namespace["after"]["pass@1"] <= 1.0
+    # section 4: the recipe through the CLI, trained and saved
+    assert (tmp_path / "outputs" / "toy_nsr" / "model.safetensors").is_file()
+    assert not (tmp_path / "recipes").exists()  # the clone layout is removed after its block
 
 
+@pytest.mark.usefixtures("docs_env")
 def test_nsr_method_page_config_example(tmp_path):
-    namespace = run_docs_page(
-        "methods/nsr.md", tmp_path, substitutions={'output_dir="out",': 'output_dir="out", use_cpu=True,'}
-    )
+    namespace = run_docs_page("methods/nsr.md", tmp_path)
     args = namespace["args"]
     assert args.clip_recovery == "nsr" and (args.epsilon, args.epsilon_high) == (0.2, 0.28)
+    assert args.num_iterations == 2 and Path(args.output_dir).name == "out"

@@ -267,3 +267,54 @@ def test_demo_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit):
         cli_main(["--num-prompts", "3", "--num-generations", "3", "--steps-per-generation", "2"])
     assert "divisible" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- size preset ($TRL_RLVR_EXT_TOY_SIZE)
+def test_toy_size_preset_parsing(monkeypatch):
+    from trl_rlvr_ext.toy import SIZE_ENV_VAR, toy_size
+
+    monkeypatch.delenv(SIZE_ENV_VAR, raising=False)
+    assert toy_size() == "full"
+    monkeypatch.setenv(SIZE_ENV_VAR, "")
+    assert toy_size() == "full"
+    monkeypatch.setenv(SIZE_ENV_VAR, " Smoke ")
+    assert toy_size() == "smoke"
+    monkeypatch.setenv(SIZE_ENV_VAR, "tiny")
+    with pytest.raises(ValueError, match=r"TRL_RLVR_EXT_TOY_SIZE='tiny' is not a toy size preset.*'full', 'smoke'"):
+        toy_size()
+    with pytest.raises(ValueError, match="not a toy size preset"):
+        make_task_datasets()  # every default that depends on it says so
+
+
+def test_smoke_preset_shrinks_task_defaults_to_the_first_rows(monkeypatch):
+    from trl_rlvr_ext.toy.size import SIZE_ENV_VAR
+
+    monkeypatch.delenv(SIZE_ENV_VAR, raising=False)
+    full = make_task_datasets()
+    assert (len(full["train"]), len(full["test"])) == (2000, 200)
+    monkeypatch.setenv(SIZE_ENV_VAR, "smoke")
+    smoke = make_task_datasets()
+    assert (len(smoke["train"]), len(smoke["test"])) == (64, 50)
+    assert smoke["train"].to_dict() == full["train"].select(range(64)).to_dict()
+    assert smoke["test"].to_dict() == full["test"].select(range(50)).to_dict()
+    # explicit sizes win over the preset
+    assert (len(make_task_datasets(num_train=7)["train"]), len(make_task_datasets(num_test=300)["test"])) == (7, 300)
+
+
+def test_smoke_preset_changes_base_model_defaults_only(tmp_path, monkeypatch):
+    from trl_rlvr_ext.toy.size import SIZE_ENV_VAR, SMOKE_WARMSTART
+
+    monkeypatch.setenv(SIZE_ENV_VAR, "smoke")
+    path = get_base_model_path(cache_dir=tmp_path, progress=False)
+    settings = json.loads((Path(path) / "warmstart.json").read_text())["settings"]
+    assert {k: settings[k] for k in SMOKE_WARMSTART} == SMOKE_WARMSTART
+    assert settings["forget_carry_prob"] == 0.6 and settings["max_digits"] == 3  # the rest: the usual defaults
+    assert AutoModelForCausalLM.from_pretrained(path).config.hidden_size == 32
+    assert is_base_model_cached(tmp_path)
+    # explicit settings win; the full preset is another cache entry, never the smoke one
+    explicit = {k: v for k, v in TINY_WARMSTART.items() if k != "progress"}
+    tiny = get_base_model_path(cache_dir=tmp_path, progress=False, **explicit)
+    assert json.loads((Path(tiny) / "warmstart.json").read_text())["settings"]["num_steps"] == 3
+    monkeypatch.setenv(SIZE_ENV_VAR, "full")
+    assert not is_base_model_cached(tmp_path)
+    assert is_base_model_cached(tmp_path, **explicit)  # fully specified: the preset does not matter

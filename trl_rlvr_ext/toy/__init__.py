@@ -2,11 +2,13 @@
 
 from .evaluate import evaluate_accuracy
 from .modeling import SPECIAL_TOKENS, make_model, make_tokenizer, save_tiny_model
+from .size import SIZE_ENV_VAR, toy_size
 from .task import make_task_datasets
 from .warmstart import WarmStartSettings, get_base_model_path, is_base_model_cached
 
 
 __all__ = [
+    "SIZE_ENV_VAR",
     "SPECIAL_TOKENS",
     "WarmStartSettings",
     "evaluate_accuracy",
@@ -16,4 +18,5 @@ __all__ = [
     "make_task_datasets",
     "make_tokenizer",
     "save_tiny_model",
+    "toy_size",
 ]

@@ -19,6 +19,8 @@ import random
 
 from datasets import Dataset, DatasetDict
 
+from .size import default_task_sizes
+
 
 ANSWER_OPEN = "["
 ANSWER_CLOSE = "]"
@@ -142,7 +144,11 @@ def _make_split(num: int, rng: random.Random, min_digits: int, max_digits: int, 
 
 
 def make_task_datasets(
-    num_train: int = 2000, num_test: int = 200, seed: int = 0, min_digits: int = 2, max_digits: int = 3
+    num_train: int | None = None,
+    num_test: int | None = None,
+    seed: int = 0,
+    min_digits: int = 2,
+    max_digits: int = 3,
 ) -> DatasetDict:
     """The toy task as a `DatasetDict` with splits ``"train"`` and ``"test"`` in TRL's prompt-only standard format.
 
@@ -152,13 +158,18 @@ def make_task_datasets(
     Deterministic given its arguments.
 
     Args:
-        num_train: number of training problems.
-        num_test: number of held-out problems.
+        num_train: number of training problems; default 2000 (64 with ``TRL_RLVR_EXT_TOY_SIZE=smoke``, see
+            `trl_rlvr_ext.toy.size`).
+        num_test: number of held-out problems; default 200 (50 with ``TRL_RLVR_EXT_TOY_SIZE=smoke``). A smaller
+            split holds the first rows of a larger one.
         seed: seed of the draw.
         min_digits, max_digits: the difficulty dial: each operand has a number of digits drawn uniformly in this
             range (more digits, more carries per problem); all numbers are written ``max_digits`` wide.
     """
     _check_digits(min_digits, max_digits)
+    defaults = default_task_sizes()
+    num_train = defaults["num_train"] if num_train is None else num_train
+    num_test = defaults["num_test"] if num_test is None else num_test
     if num_train < 1 or num_test < 1:
         raise ValueError(f"num_train and num_test must be positive, got {num_train} and {num_test}.")
     return DatasetDict(

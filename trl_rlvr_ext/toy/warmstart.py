@@ -33,6 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .modeling import make_model, make_tokenizer
+from .size import default_warmstart_overrides
 from .task import _check_digits, forgetful_sum, format_answer, format_completion, format_prompt, sample_operands
 
 
@@ -160,6 +161,8 @@ def train_base_model(settings: WarmStartSettings, progress: bool = True):
 
 
 def _resolve(cache_dir, settings: dict) -> tuple[WarmStartSettings, Path]:
+    # The size preset ($TRL_RLVR_EXT_TOY_SIZE) replaces defaults only: settings given by the caller always win.
+    settings = {**default_warmstart_overrides(), **settings}
     try:
         resolved = WarmStartSettings(**settings)
     except TypeError as err:
@@ -170,7 +173,7 @@ def _resolve(cache_dir, settings: dict) -> tuple[WarmStartSettings, Path]:
 
 
 def is_base_model_cached(cache_dir: str | os.PathLike | None = None, **settings) -> bool:
-    """Whether `get_base_model_path` with these arguments would load from the cache (no warm start to run)."""
+    """Whether `get_base_model_path` with these arguments (and the same size preset) would load from the cache."""
     return (_resolve(cache_dir, settings)[1] / _METADATA_FILE).is_file()
 
 
@@ -184,7 +187,9 @@ def get_base_model_path(cache_dir: str | os.PathLike | None = None, progress: bo
             ``<cache root>/toy/<hash of the settings>``.
         progress: show a tqdm progress bar while building.
         **settings: fields of `WarmStartSettings` (model size, task digits, ``forget_carry_prob``, ``num_steps``, ...).
-            Unknown names raise a `TypeError`.
+            Unknown names raise a `TypeError`. Fields not given take the `WarmStartSettings` defaults, or, with
+            ``TRL_RLVR_EXT_TOY_SIZE=smoke``, those of `trl_rlvr_ext.toy.size.SMOKE_WARMSTART` (a small model
+            warm-started in seconds, for quick end-to-end checks; its accuracy means nothing).
     """
     resolved, final = _resolve(cache_dir, settings)
     if (final / _METADATA_FILE).is_file():
