@@ -1,21 +1,29 @@
-"""The README's Python snippet runs as printed (offline, on a CPU), in a fresh directory."""
+"""README.md runs as printed: its python snippet and its shell blocks, in a fresh directory, offline, on a CPU. Blocks
+marked ``<!-- docs-test: skip (why) -->`` (the set-up commands themselves, the GPU recipe) say so in the README."""
 
 import os
-import re
 from pathlib import Path
+
+import pytest
+from docs_helpers import code_blocks, docs_env, docs_toy_cache, run_markdown  # noqa: F401 -- fixtures
 
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
-def test_readme_python_blocks_run_verbatim(tmp_path, monkeypatch):
-    blocks = _BLOCK.findall(README.read_text())
-    assert blocks, "README.md has no python block"
-    monkeypatch.chdir(tmp_path)  # a fresh directory: nothing from the clone is at hand
-    namespace = {"__name__": "__readme__"}
-    exec(compile("\n".join(blocks), str(README), "exec"), namespace)  # noqa: S102 -- the text as printed is the test
+@pytest.mark.slow
+@pytest.mark.usefixtures("docs_env")
+def test_readme_blocks_run_verbatim(tmp_path):
+    namespace = run_markdown(README, tmp_path)  # a fresh directory: nothing from the clone is at hand
     trainer = namespace["trainer"]
     assert trainer.state.global_step == 2
     assert trainer.args.clip_recovery == "nsr" and trainer.args.use_cpu
     assert os.path.isdir(tmp_path / "tiny-model")
+
+
+def test_every_readme_block_runs_or_says_why_not():
+    blocks = code_blocks(README)
+    skipped = [b for b in blocks if b.mark == "skip"]
+    assert {b.language for b in blocks} <= {"python", "bash"}
+    assert all(b.reason for b in skipped), "a skipped README block must say why"
+    assert len(skipped) == 2 and any("GPU" in b.reason for b in skipped)

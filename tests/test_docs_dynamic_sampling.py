@@ -1,8 +1,10 @@
 """The dynamic sampling docs run: the tutorial verbatim (no substitutions) and the method page's configuration."""
 
-from docs_helpers import run_docs_page
+import pytest
+from docs_helpers import docs_env, docs_toy_cache, run_docs_page  # noqa: F401 -- fixtures
 
 
+@pytest.mark.usefixtures("docs_env")
 def test_dynamic_sampling_tutorial_runs_as_printed(tmp_path):
     namespace = run_docs_page("tutorials/dynamic_sampling.md", tmp_path)
     steps = [log for log in namespace["trainer"].state.log_history if "loss" in log]
@@ -10,10 +12,9 @@ def test_dynamic_sampling_tutorial_runs_as_printed(tmp_path):
     assert namespace["trainer"].args.dynamic_sampling_reward_func == "toy_accuracy_reward"
 
 
+@pytest.mark.usefixtures("docs_env")
 def test_dynamic_sampling_method_page_config_example(tmp_path):
-    namespace = run_docs_page(
-        "methods/dynamic_sampling.md", tmp_path, substitutions={'output_dir="out",': 'output_dir="out", use_cpu=True,'}
-    )
+    namespace = run_docs_page("methods/dynamic_sampling.md", tmp_path)
     args = namespace["args"]
     assert args.dynamic_sampling and args.dynamic_sampling_max_rounds == 10
     assert args.dynamic_sampling_seed == args.seed + 1

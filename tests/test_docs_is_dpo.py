@@ -32,7 +32,7 @@ def test_tutorial_runs_end_to_end(tmp_path):
 def test_method_page_config_example_runs(tmp_path):
     namespace = run_docs_page("methods/is_dpo.md", tmp_path, until=1)  # the configuration; the CLI runs are below
     args = namespace["args"]
-    assert args.importance_sampling and args.is_weight_max == math.exp(0.5) and args.beta == 0.05
+    assert args.importance_sampling and args.importance_weight_cap == math.exp(0.5) and args.beta == 0.05
     assert args.learning_rate == 1e-6 and list(args.loss_type) == ["sigmoid"]
 
 
