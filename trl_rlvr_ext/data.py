@@ -4,6 +4,8 @@ Every entry point (the training scripts and recipes, ``trl-rlvr-ext eval``/``cur
 code) resolves a dataset or model name here, so each accepts the same names:
 
 - ``toy:`` names: the embedded default, built offline (`TOY_DATASETS`, `TOY_MODELS`);
+- ``reasoning_gym:<task>[+<task>...][?option=value&...]``: reasoning-gym tasks, generated offline (optional extra
+  ``[gym]``; see `trl_rlvr_ext.tasks.reasoning_gym`);
 - a local file of a type in `FILE_BUILDERS`, a folder written by ``save_to_disk``, or a folder of data files;
 - otherwise a Hugging Face Hub id.
 
@@ -15,6 +17,7 @@ import os
 
 
 TOY_PREFIX = "toy:"
+REASONING_GYM_PREFIX = "reasoning_gym:"
 TOY_MODELS = {
     "toy:base": "the warm-started toy base model (built on first use, then cached)",
     "toy:tiny": "a randomly initialised tiny model (tests, smoke runs)",
@@ -45,6 +48,11 @@ def check_dataset_name(name: str) -> None:
     if name.startswith(TOY_PREFIX):
         if name not in TOY_DATASETS:
             raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
+        return
+    if name.startswith(REASONING_GYM_PREFIX):
+        from .tasks.reasoning_gym import parse_name
+
+        parse_name(name)  # unknown task, bad option or missing extra: fails here, naming the fix
         return
     if os.path.isdir(name):
         return
@@ -109,6 +117,10 @@ def load_dataset_dict(name: str, config: str | None = None, streaming: bool = Fa
         from .toy.preference import load_toy_dataset
 
         return load_toy_dataset(name)
+    if name.startswith(REASONING_GYM_PREFIX):
+        from .tasks.reasoning_gym import load_reasoning_gym
+
+        return load_reasoning_gym(name)
     if os.path.isdir(name):
         saved = any(os.path.isfile(os.path.join(name, f)) for f in ("dataset_dict.json", "state.json"))
         # A save_to_disk folder, or a folder of data files (datasets infers the splits from the file names).

@@ -48,7 +48,7 @@ def add_problem_arguments(parser) -> None:
     parser.add_argument(
         "--dataset",
         required=True,
-        help=f"One of {sorted(TOY_DATASETS)}, a save_to_disk folder, a {'/'.join(sorted(FILE_BUILDERS))} file, or a hub name.",
+        help=f"One of {sorted(TOY_DATASETS)}, reasoning_gym:<task>?<options> (extra [gym]), a save_to_disk folder, a {'/'.join(sorted(FILE_BUILDERS))} file, or a hub name.",
     )
     parser.add_argument("--dataset_config", default=None, help="Hub dataset configuration.")
     parser.add_argument("--prompt_column", default="prompt", help="Column with the problem text (default: prompt).")
