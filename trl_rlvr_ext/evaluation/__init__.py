@@ -10,6 +10,7 @@ from .pass_at_k import counts_from_correctness, curve_from_counts, default_ks, p
 
 
 _LAZY = {
+    "BoundaryProbeCallback": ".boundary",
     "PassAtKCallback": ".callback",
     "PassAtKResult": ".evaluator",
     "evaluate_pass_at_k": ".evaluator",
