@@ -22,6 +22,7 @@ COMMANDS = {
     "grpo": ("trl_rlvr_ext.scripts.grpo", "train with RLVRGRPOTrainer from a YAML recipe", True),
     "dpo": ("trl_rlvr_ext.scripts.dpo", "train with ISDPOTrainer (IS-DAA) from a YAML recipe", True),
     "eval": ("trl_rlvr_ext.evaluation.cli", "Pass@k evaluation of one or more models: JSON + PNG curve", False),
+    "study": ("trl_rlvr_ext.scripts.study", "run a study (arms x seeds, Pass@k table and plots), e.g. self", False),
     "curate": ("trl_rlvr_ext.curation.offline", "score a dataset's prompts (pass rate, greedy) and filter", False),
     "score-behavior": (
         "trl_rlvr_ext.dpo.behavior",
