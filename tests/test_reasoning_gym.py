@@ -179,3 +179,21 @@ def test_pass_at_k_evaluation_reads_the_columns(tiny_model_path):
         tiny_model_path, problems, get_reward_func("reasoning_gym"), num_samples=2, max_new_tokens=4, progress=False
     )
     assert len(result.num_correct) == 3 and set(result.pass_at_k) == {1, 2}
+
+
+GYM = "reasoning_gym:chain_sum?size=16&test_size=4&max_terms=2&max_digits=1&strip_template=true"
+
+
+def test_every_entry_point_accepts_the_name(tiny_model_path, tmp_path):
+    from trl_rlvr_ext import cli
+    from trl_rlvr_ext.scripts import grpo as grpo_script
+
+    argv = ["--model_name_or_path", tiny_model_path, "--dataset_name", GYM, "--reward_funcs", "reasoning_gym"]
+    argv += ["--output_dir", str(tmp_path / "grpo"), "--max_steps", "1", "--per_device_train_batch_size", "4"]
+    argv += ["--num_generations", "2", "--max_completion_length", "4", "--report_to", "none", "--use_cpu", "true"]
+    parsed = grpo_script.make_parser().parse_args_and_config(args=argv, fail_with_unknown_args=True)
+    trainer = grpo_script.build_trainer(*parsed)
+    assert trainer.train_dataset.num_rows == 16 and "entry" in trainer.train_dataset.column_names
+    common = ["--dataset", GYM, "--reward_funcs", "reasoning_gym", "--num_samples", "2", "--max_new_tokens", "4"]
+    assert cli.main(["eval", "--model", tiny_model_path, *common, "--output_dir", str(tmp_path / "eval")]) == 0
+    assert cli.main(["curate", "--model", tiny_model_path, *common, "--output_dir", str(tmp_path / "curate")]) == 0
