@@ -335,8 +335,9 @@ def run_study(
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for task_name in tasks or list(study.tasks):
-        for arm_name in arms or list(study.arms):
-            for seed in seeds:
+        # seed by seed, so that an interrupted study has every arm at its first seeds
+        for seed in seeds:
+            for arm_name in arms or list(study.arms):
                 done = (out / task_name / arm_name / f"seed{seed}" / "result.json").is_file()
                 log(f"[{study.name}] {task_name} / {arm_name} / seed {seed}: {'done, loading' if done else 'running'}")
                 result = run_one(study, study.tasks[task_name], study.arms[arm_name], seed, out, sizes, quick, command)
