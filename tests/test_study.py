@@ -21,7 +21,7 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
             assert result["wall_seconds"] >= result["train_seconds"] >= 0
             assert set(result["pass_at_k"]) == {"1", "2", "4"} and len(result["num_correct"]) == 3
             assert bool(result["boundary"]) == (arm != "base")
-    assert "mean nothing" in table and "pass@4" in table
+    assert "mean nothing" in table and "pass@4" in table and "| chance (guess from the train answers) | - |" in table
     grpo = json.loads((out / "toy" / "self" / "seed0" / "result.json").read_text())
     assert [b["step"] for b in grpo["boundary"]] == [0, 1, 2] and grpo["grpo_config"]["curation"] == "self"
     for png in ("toy_pass_at_k.png", "toy_boundary.png"):
@@ -49,3 +49,16 @@ def test_bad_selections_fail_naming_the_choices(tmp_path):
         main(["study", "self", "--quick", "--tasks", "toyy", "--out_dir", str(tmp_path)])
     with pytest.raises(SystemExit):
         main(["study", "self", "--seeds", "a,b", "--out_dir", str(tmp_path)])
+
+
+def test_chance_pass_at_k_hand_computed(monkeypatch):
+    from datasets import Dataset, DatasetDict
+
+    from trl_rlvr_ext.studies import runner
+
+    splits = DatasetDict(
+        train=Dataset.from_dict({"answer": ["1", "1", "2", "3"]}), test=Dataset.from_dict({"answer": ["1", "4"]})
+    )
+    monkeypatch.setattr("trl_rlvr_ext.data.load_dataset_dict", lambda name: splits)
+    # guess "1" w.p. 0.5 (problem 1) and never "4" (problem 2): pass@1 = 0.25, pass@2 = (1 - 0.25) / 2
+    assert runner.chance_pass_at_k("x", 2, [1, 2]) == {1: 0.25, 2: 0.375}

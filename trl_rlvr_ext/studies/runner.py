@@ -228,6 +228,22 @@ def _mean_sd(values: list[float], digits: int = 3) -> str:
     return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
+def chance_pass_at_k(dataset: str, num_problems: int, ks: list[int]) -> dict[int, float] | None:
+    """Pass@k of guessing: each sample drawn from the train split's answer distribution (``None`` without an
+    ``answer`` column). A pass@k near it is guessing, not computing."""
+    from ..data import load_dataset_dict
+
+    splits = load_dataset_dict(dataset)
+    if "answer" not in splits["train"].column_names:
+        return None
+    counts: dict[str, int] = {}
+    for answer in splits["train"]["answer"]:
+        counts[answer] = counts.get(answer, 0) + 1
+    test = splits["test"]["answer"][:num_problems]
+    rates = [counts.get(answer, 0) / splits["train"].num_rows for answer in test]
+    return {k: statistics.fmean(1 - (1 - q) ** k for q in rates) for k in ks}
+
+
 def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
     """Write ``results.md`` (mean ± sd over seeds per task and arm) and the plots; returns the markdown."""
     lines = [f"# Study `{study.name}`", "", study.claim, ""]
@@ -250,6 +266,10 @@ def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
                 cells.append(_mean_sd(ends) if ends else "-")
             cells += [_mean_sd([r[key] for r in runs], digits=0) for key in ("train_seconds", "wall_seconds")]
             lines.append("| " + " | ".join(cells) + " |")
+        chance = chance_pass_at_k(rows[0]["dataset"], len(rows[0]["num_correct"]), shown)
+        if chance is not None:
+            cells = ["chance (guess from the train answers)", "-", *[f"{chance[k]:.3f}" for k in shown]]
+            lines.append("| " + " | ".join(cells + ["-"] * (len(header) - len(cells))) + " |")
         lines += [
             "",
             "The base arm's spread over seeds is the evaluation noise (its seeds differ only in the sampling seed).",
