@@ -62,3 +62,15 @@ def test_chance_pass_at_k_hand_computed(monkeypatch):
     monkeypatch.setattr("trl_rlvr_ext.data.load_dataset_dict", lambda name: splits)
     # guess "1" w.p. 0.5 (problem 1) and never "4" (problem 2): pass@1 = 0.25, pass@2 = (1 - 0.25) / 2
     assert runner.chance_pass_at_k("x", 2, [1, 2]) == {1: 0.25, 2: 0.375}
+
+
+def test_self_study_covers_every_preset_with_its_own_base():
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.self_study import GYM_BASE_STEPS
+    from trl_rlvr_ext.tasks.reasoning_gym_base import PRESETS
+
+    study = get_study("self")
+    assert set(GYM_BASE_STEPS) == set(PRESETS)
+    assert {t.dataset for t in study.tasks.values()} == {"toy:arithmetic", *PRESETS.values()}
+    assert list(study.arms) == ["base", "grpo", "self", "pass_rate"]
+    assert study.arms["self"].config["curation"] == "self" and not study.arms["base"].train
