@@ -16,22 +16,25 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trl_rlvr_ext"
 # Lowest floor first. A unit may import units of lower floors only (units on one floor may not import each other).
 FLOORS = [
     ("_compat",),  # adapters to the installed versions of our dependencies
+    ("tasks",),  # task sources written by others (reasoning-gym generators)
     ("losses", "rewards"),  # pure maths and verifiers
     ("lora_init", "_trl"),  # initialisers; guarded copies of TRL methods (they call into losses)
-    ("sampling",),  # SamplingSettings, generation backends, grading: the one generate-and-grade loop
+    ("sampling", "warmstart"),  # the supervised warm start and its atomic cache (toy and reasoning-gym bases);
+    # SamplingSettings, generation backends, grading: the one generate-and-grade loop
     ("toy",),  # the embedded default: tiny model, tokenizer, task, warm start
-    ("data",),  # one resolver: toy:, files, hub ids
+    ("data",),  # one resolver: toy:, reasoning_gym:, files, hub ids
     ("evaluation",),  # pass@k, evaluator, callbacks
     ("curation",),  # samplers, state, online controller, offline scoring
     ("grpo", "dpo"),  # configs and trainers
+    ("studies",),  # the evidence runner (arms x seeds -> tables, plots) and its warm-started bases
     ("__init__",),  # the public API
     ("scripts",),  # every command line
     ("cli",),  # dispatch only
 ]
 FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
-# The embedded default is reached through the data resolver (`toy:` names) and the command lines, never directly by
-# evaluation, curation or the trainers.
-ONLY_IMPORTED_BY = {"toy": {"data", "scripts"}}
+# The embedded default is reached through the data resolver (`toy:` names), the studies and the command lines, never
+# directly by evaluation, curation or the trainers.
+ONLY_IMPORTED_BY = {"toy": {"data", "studies", "scripts"}}
 
 
 def _unit(module: str) -> str:

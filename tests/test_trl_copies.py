@@ -200,6 +200,8 @@ EXPECTED_SIGNATURES = {
     "trl_rlvr_ext.dpo.dpo_trainer.ISDPOTrainer._set_signature_columns_if_needed": "(self)",
     "trl_rlvr_ext.dpo.dpo_trainer.ISDPOTrainer.compute_ref_log_probs": "(self, model, inputs)",
     "trl_rlvr_ext.curation.greedy.GreedyRows.__call__": "(self, input_ids, scores)",
+    "trl_rlvr_ext.evaluation.boundary.BoundaryProbeCallback.on_step_end": _CALLBACK,
+    "trl_rlvr_ext.evaluation.boundary.BoundaryProbeCallback.on_train_begin": _CALLBACK,
     "trl_rlvr_ext.evaluation.callback.PassAtKCallback.on_step_end": _CALLBACK,
     "trl_rlvr_ext.evaluation.callback.PassAtKCallback.on_train_begin": _CALLBACK,
     "trl_rlvr_ext.grpo.curation_mixin.CurationMixin.__init__": (

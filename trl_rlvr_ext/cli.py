@@ -19,6 +19,7 @@ COMMANDS = {
     "dpo": ("dpo", "train with ISDPOTrainer (IS-DAA) from a YAML recipe (packaged name or file)"),
     "recipes": ("recipes", "list the packaged recipes and accelerate configs, or print one"),
     "eval": ("eval", "Pass@k evaluation of one or more models: JSON + PNG curve"),
+    "study": ("study", "run a study (arms x seeds, Pass@k table and plots), e.g. self"),
     "curate": ("curate", "score a dataset's prompts (pass rate, greedy) and filter"),
     "score-behavior": ("score_behavior", "add behavior_*_logps columns to a preference dataset for IS-DPO"),
 }

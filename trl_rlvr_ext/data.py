@@ -1,5 +1,6 @@
-"""Names of models and datasets, resolved in one place for the whole package: the offline ``toy:`` names, local
-files and folders, and hub ids. The training scripts, the evaluation and the offline curation all load through here,
+"""Names of models and datasets, resolved in one place for the whole package: the offline ``toy:`` names,
+``reasoning_gym:<task>[+<task>...][?option=value&...]`` (reasoning-gym tasks generated offline, optional extra
+``[gym]``; see `trl_rlvr_ext.tasks.reasoning_gym`), local files and folders, and hub ids. The training scripts, the evaluation and the offline curation all load through here,
 and the command-line tools check names here before any work starts (`check_model_name_or_path`)."""
 
 import os
@@ -7,6 +8,7 @@ import re
 
 
 TOY_PREFIX = "toy:"
+REASONING_GYM_PREFIX = "reasoning_gym:"
 TOY_MODELS = {
     "toy:base": "the warm-started toy base model (built on first use, then cached)",
     "toy:tiny": "a randomly initialised tiny model (tests, smoke runs)",
@@ -109,6 +111,23 @@ def _load_toy_dataset(name: str):
     raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
 
 
+def check_dataset_name(name: str) -> None:
+    """Fail at once, naming the fix, when ``name`` cannot name a dataset: an unknown ``toy:`` name, a bad
+    ``reasoning_gym:`` name (unknown task or option, missing extra), a missing local path. Nothing is loaded."""
+    if not name:
+        raise ValueError(f"No dataset given: pass a hub id, a local file or folder, or one of {sorted(TOY_DATASETS)}.")
+    if name.startswith(TOY_PREFIX):
+        if name not in TOY_DATASETS:
+            raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
+        return
+    if name.startswith(REASONING_GYM_PREFIX):
+        from .tasks.reasoning_gym import parse_name
+
+        parse_name(name)
+        return
+    _check_local_or_hub(name)
+
+
 def _check_local_or_hub(name: str) -> None:
     """A name that can only be a local path (not 'name' / 'org/name') and does not exist: say so, naming it."""
     extension = os.path.splitext(name)[1].lower()
@@ -132,6 +151,10 @@ def load_named_dataset(name: str, config: str | None = None, streaming: bool = F
 
     if name.startswith(TOY_PREFIX):
         return _load_toy_dataset(name)
+    if name.startswith(REASONING_GYM_PREFIX):
+        from .tasks.reasoning_gym import load_reasoning_gym
+
+        return load_reasoning_gym(name)
     _check_local_or_hub(name)
     if os.path.isfile(name):
         builder = DATA_FILE_BUILDERS[os.path.splitext(name)[1].lower()]
@@ -150,6 +173,8 @@ def load_split(name: str, split: str, config: str | None = None):
 
     if name.startswith(TOY_PREFIX):
         splits = _load_toy_dataset(name)
+    elif name.startswith(REASONING_GYM_PREFIX):
+        splits = load_named_dataset(name)
     else:
         _check_local_or_hub(name)
         if not os.path.exists(name):

@@ -22,6 +22,7 @@ from .pass_at_k import (
 
 
 _LAZY = {
+    "BoundaryProbeCallback": ".boundary",
     "PassAtKCallback": ".callback",
     "PassAtKResult": ".evaluator",
     "evaluate_pass_at_k": ".evaluator",

@@ -9,6 +9,7 @@ def _registry() -> dict[str, str]:
     return {
         "toy_accuracy": "trl_rlvr_ext.rewards.toy:toy_accuracy_reward",
         "math_accuracy": "trl_rlvr_ext.rewards.math:math_accuracy_reward",
+        "reasoning_gym": "trl_rlvr_ext.rewards.reasoning_gym:reasoning_gym_reward",
         # TRL's own rewards, by the names TRL's scripts use
         "accuracy_reward": "trl.rewards:accuracy_reward",
         "reasoning_accuracy_reward": "trl.rewards:reasoning_accuracy_reward",

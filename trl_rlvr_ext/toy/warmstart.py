@@ -21,26 +21,19 @@ temporary directory renamed into place at the end, so an interrupted build never
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import random
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
-import torch
-from tqdm.auto import tqdm
-
+# CACHE_ENV_VAR and default_cache_root stay importable from here (public names of this module).
+from ..warmstart import CACHE_ENV_VAR, build_cached, default_cache_root, is_built, supervised_warm_start  # noqa: F401
 from .modeling import make_model, make_tokenizer
 from .size import default_warmstart_overrides
 from .task import _check_digits, forgetful_sum, format_answer, format_completion, format_prompt, sample_operands
 
 
-CACHE_ENV_VAR = "TRL_RLVR_EXT_CACHE"
 # Bump when the build changes in a way the settings do not capture, so that old caches are not reused.
 _BUILD_VERSION = 2
-_METADATA_FILE = "warmstart.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,39 +80,15 @@ class WarmStartSettings:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
-def default_cache_root() -> Path:
-    """``$TRL_RLVR_EXT_CACHE`` if set, else ``~/.cache/trl_rlvr_ext``."""
-    return Path(os.environ.get(CACHE_ENV_VAR) or Path.home() / ".cache" / "trl_rlvr_ext").expanduser()
-
-
 def _demonstration_batch(tokenizer, settings: WarmStartSettings, rng: random.Random):
-    """Right-padded ``(input_ids, attention_mask, labels)``: prompt + marked (possibly forgetful) answer + EOS, with
-    the loss on the completion only (the prompt tokens are labelled -100)."""
+    """Prompts and marked (possibly forgetful) answers of one batch of fresh train problems."""
     prompts, completions = [], []
     for _ in range(settings.batch_size):
         a, b = sample_operands(rng, settings.min_digits, settings.max_digits, held_out=False)
         prompts.append(format_prompt(a, b, settings.max_digits))
         total = forgetful_sum(a, b, settings.forget_carry_prob, rng)
         completions.append(format_completion(format_answer(total, settings.max_digits)))
-    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    completion_ids = tokenizer(completions, add_special_tokens=False)["input_ids"]
-    sequences = [p + c + [tokenizer.eos_token_id] for p, c in zip(prompt_ids, completion_ids)]
-    length = max(map(len, sequences))
-    input_ids = torch.full((len(sequences), length), tokenizer.pad_token_id)
-    attention_mask = torch.zeros_like(input_ids)
-    labels = torch.full_like(input_ids, -100)
-    for i, (p, seq) in enumerate(zip(prompt_ids, sequences)):
-        input_ids[i, : len(seq)] = torch.tensor(seq)
-        attention_mask[i, : len(seq)] = 1
-        labels[i, len(p) : len(seq)] = torch.tensor(seq[len(p) :])
-    return input_ids, attention_mask, labels
-
-
-def _lr_factor(step: int, settings: WarmStartSettings) -> float:
-    if step < settings.warmup_steps:
-        return (step + 1) / settings.warmup_steps
-    progress = (step - settings.warmup_steps) / max(1, settings.num_steps - settings.warmup_steps)
-    return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return prompts, completions
 
 
 def train_base_model(settings: WarmStartSettings, progress: bool = True):
@@ -134,29 +103,18 @@ def train_base_model(settings: WarmStartSettings, progress: bool = True):
         intermediate_size=settings.intermediate_size,
         seed=settings.seed,
     )
-    model.train()
     rng = random.Random(f"warmstart-{settings.seed}")
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=settings.learning_rate, weight_decay=settings.weight_decay, betas=(0.9, 0.98)
+    stats = supervised_warm_start(
+        model,
+        tokenizer,
+        lambda: _demonstration_batch(tokenizer, settings, rng),
+        num_steps=settings.num_steps,
+        learning_rate=settings.learning_rate,
+        warmup_steps=settings.warmup_steps,
+        weight_decay=settings.weight_decay,
+        desc="Warm start (toy base model)",
+        progress=progress,
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _lr_factor(step, settings))
-    start, running = time.perf_counter(), None
-    bar = tqdm(range(settings.num_steps), desc="Warm start (toy base model)", disable=not progress)
-    for _ in bar:
-        input_ids, attention_mask, labels = _demonstration_batch(tokenizer, settings, rng)
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits[:, :-1].reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), ignore_index=-100
-        )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        running = loss.item() if running is None else 0.98 * running + 0.02 * loss.item()
-        bar.set_postfix(loss=f"{running:.3f}")
-    model.eval()
-    stats = {"final_loss_ema": running, "train_seconds": round(time.perf_counter() - start, 1)}
     return model, tokenizer, stats
 
 
@@ -174,7 +132,7 @@ def _resolve(cache_dir, settings: dict) -> tuple[WarmStartSettings, Path]:
 
 def is_base_model_cached(cache_dir: str | os.PathLike | None = None, **settings) -> bool:
     """Whether `get_base_model_path` with these arguments (and the same size preset) would load from the cache."""
-    return (_resolve(cache_dir, settings)[1] / _METADATA_FILE).is_file()
+    return is_built(_resolve(cache_dir, settings)[1])
 
 
 def get_base_model_path(cache_dir: str | os.PathLike | None = None, progress: bool = True, **settings) -> str:
@@ -192,26 +150,9 @@ def get_base_model_path(cache_dir: str | os.PathLike | None = None, progress: bo
             warm-started in seconds, for quick end-to-end checks; its accuracy means nothing).
     """
     resolved, final = _resolve(cache_dir, settings)
-    if (final / _METADATA_FILE).is_file():
-        return str(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-building-", dir=final.parent))
-    try:
+
+    def build():
         model, tokenizer, stats = train_base_model(resolved, progress=progress)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        # Written last: its presence marks a complete build (the rename below makes the whole directory appear at once).
-        metadata = {"settings": dataclasses.asdict(resolved), "build_version": _BUILD_VERSION, **stats}
-        (tmp / _METADATA_FILE).write_text(json.dumps(metadata, indent=2))
-        try:
-            os.rename(tmp, final)
-        except OSError as err:
-            if not (final / _METADATA_FILE).is_file():  # not a concurrent build that finished first: a real problem
-                raise RuntimeError(
-                    f"Could not move the new base model into {final}: {err}. If that directory exists, it is not a "
-                    "complete build (it has no warmstart.json): delete it and run again."
-                ) from err
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return str(final)
+        return model, tokenizer, {"settings": dataclasses.asdict(resolved), "build_version": _BUILD_VERSION, **stats}
+
+    return build_cached(final, build)

@@ -1,0 +1,76 @@
+"""The study runner: ``trl-rlvr-ext study self --quick`` end to end, and its resume."""
+
+import json
+
+import pytest
+
+from trl_rlvr_ext.cli import main
+
+
+def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "study"
+    argv = ["study", "self", "--quick", "--tasks", "toy", "--seeds", "0,1", "--out_dir", str(out)]
+    assert main(argv) == 0
+    table = (out / "results.md").read_text()
+    for arm in ("base", "grpo", "self", "pass_rate"):
+        assert f"| {arm} | 0,1 |" in table
+        for seed in (0, 1):
+            result = json.loads((out / "toy" / arm / f"seed{seed}" / "result.json").read_text())
+            assert result["command"] == "trl-rlvr-ext study " + " ".join(argv[1:])
+            assert result["rerun_command"].endswith(f"--tasks toy --arms {arm} --seeds {seed} --quick")
+            assert result["wall_seconds"] >= result["train_seconds"] >= 0
+            assert set(result["pass_at_k"]) == {"1", "2", "4"} and len(result["num_correct"]) == 3
+            assert bool(result["boundary"]) == (arm != "base")
+    assert "mean nothing" in table and "pass@4" in table and "| chance (guess from the train answers) | - |" in table
+    grpo = json.loads((out / "toy" / "self" / "seed0" / "result.json").read_text())
+    assert [b["step"] for b in grpo["boundary"]] == [0, 1, 2] and grpo["grpo_config"]["curation"] == "self"
+    for png in ("toy_pass_at_k.png", "toy_boundary.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+    # Resume: nothing is trained or evaluated again ...
+    from trl_rlvr_ext.grpo.grpo_trainer import RLVRGRPOTrainer
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was redone")
+
+    monkeypatch.setattr(RLVRGRPOTrainer, "train", no_training)
+    monkeypatch.setattr("trl_rlvr_ext.evaluation.evaluate_pass_at_k", no_training)
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert capsys.readouterr().out.count("done, loading") == 8
+    # ... except a run whose result is missing (an interrupted run): exactly that one is redone
+    (out / "toy" / "grpo" / "seed1" / "result.json").unlink()
+    with pytest.raises(AssertionError, match="redone"):
+        main(argv)
+
+
+def test_bad_selections_fail_naming_the_choices(tmp_path):
+    with pytest.raises(ValueError, match="choose from"):
+        main(["study", "self", "--quick", "--tasks", "toyy", "--out_dir", str(tmp_path)])
+    with pytest.raises(SystemExit):
+        main(["study", "self", "--seeds", "a,b", "--out_dir", str(tmp_path)])
+
+
+def test_chance_pass_at_k_hand_computed(monkeypatch):
+    from datasets import Dataset, DatasetDict
+
+    from trl_rlvr_ext.studies import runner
+
+    splits = DatasetDict(
+        train=Dataset.from_dict({"answer": ["1", "1", "2", "3"]}), test=Dataset.from_dict({"answer": ["1", "4"]})
+    )
+    monkeypatch.setattr("trl_rlvr_ext.data.load_named_dataset", lambda name: splits)
+    # guess "1" w.p. 0.5 (problem 1) and never "4" (problem 2): pass@1 = 0.25, pass@2 = (1 - 0.25) / 2
+    assert runner.chance_pass_at_k("x", 2, [1, 2]) == {1: 0.25, 2: 0.375}
+
+
+def test_self_study_covers_every_preset_with_its_own_base():
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.gym_bases import PRESETS
+    from trl_rlvr_ext.studies.self_study import GYM_BASE_STEPS
+
+    study = get_study("self")
+    assert set(GYM_BASE_STEPS) == set(PRESETS)
+    assert {t.dataset for t in study.tasks.values()} == {"toy:arithmetic", *PRESETS.values()}
+    assert list(study.arms) == ["base", "grpo", "self", "pass_rate"]
+    assert study.arms["self"].config["curation"] == "self" and not study.arms["base"].train

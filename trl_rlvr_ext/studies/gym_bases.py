@@ -1,0 +1,236 @@
+"""Warm-started tiny base models for reasoning-gym tasks, built on CPU like the toy base (`trl_rlvr_ext.toy.warmstart`).
+
+The tiny model and byte-level tokenizer of the toy (`trl_rlvr_ext.toy.make_model`/`make_tokenizer`) are given a short
+supervised warm start on a ``reasoning_gym:`` dataset's **train** split (never on its held-out split): each
+demonstration is the prompt followed by ``<answer>{gold}</answer>`` and EOS, the answer convention of the
+``reasoning_gym`` reward. Stopped early, the model solves some problems always, some sometimes, some never: the spread
+of per-problem pass rates RLVR learns from. `describe_base` measures that spread and the chance rate it must beat.
+
+The model is cached under ``<cache root>/reasoning_gym/<hash of the settings and the reasoning-gym version>``, built
+at most once, atomically, offline (`trl_rlvr_ext.warmstart`).
+
+`PRESETS` are the tasks the studies use, with easy generator options a 0.66 M-parameter model learns by computing:
+the answer is a function of the digits in the prompt, and the chance rate of guessing it from the answer distribution
+is printed next to pass@k.
+"""
+
+import dataclasses
+import hashlib
+import json
+import os
+import random
+from importlib.metadata import version
+from pathlib import Path
+
+from ..warmstart import build_cached, default_cache_root, is_built, supervised_warm_start
+
+
+_BUILD_VERSION = 1
+
+# name -> dataset name. Stripped templates keep the prompts short for the tiny model (see strip_template).
+PRESETS = {
+    # two or three 1-digit terms, + or -: "4 - 1 - 7" -> "-4"
+    "chain_sum": (
+        "reasoning_gym:chain_sum?min_terms=2&max_terms=3&min_digits=1&max_digits=1&size=2000&test_size=300"
+        "&strip_template=true"
+    ),
+    # three integers 0-99, sort ascending/descending: "ascending order: 9.0, 83.0, 25.0" -> "['9.0', '25.0', '83.0']"
+    "number_sorting": (
+        "reasoning_gym:number_sorting?min_numbers=3&max_numbers=3&min_decimals=0&max_decimals=0&min_value=0"
+        "&max_value=99&size=2000&test_size=300&strip_template=true"
+    ),
+    # a mixture of both: shared surface form (digits), different skills
+    "chain_sum+number_sorting": (
+        "reasoning_gym:chain_sum+number_sorting?chain_sum.min_terms=2&chain_sum.max_terms=3&chain_sum.min_digits=1"
+        "&chain_sum.max_digits=1&number_sorting.min_numbers=3&number_sorting.max_numbers=3"
+        "&number_sorting.min_decimals=0&number_sorting.max_decimals=0&number_sorting.min_value=0"
+        "&number_sorting.max_value=99&size=2000&test_size=300&strip_template=true"
+    ),
+}
+
+
+def resolve_dataset(name: str) -> str:
+    """A preset's dataset name, or ``name`` itself when it is a ``reasoning_gym:`` name."""
+    if name in PRESETS:
+        return PRESETS[name]
+    if not name.startswith("reasoning_gym:"):
+        raise ValueError(f"{name!r} is neither a preset ({sorted(PRESETS)}) nor a reasoning_gym:<task> dataset name.")
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class GymWarmStartSettings:
+    """Everything that determines a reasoning-gym base model; its hash (with the reasoning-gym version) names the cache.
+
+    ``dataset``: a ``reasoning_gym:`` name or a key of `PRESETS` (its ``train`` split is the demonstrations). Model
+    size as in `trl_rlvr_ext.toy.make_model`. Optimisation: ``num_steps`` AdamW steps of ``batch_size`` train
+    problems drawn uniformly, peak ``learning_rate`` with ``warmup_steps`` of linear warm-up then cosine decay to 10 %,
+    ``weight_decay``; ``seed``.
+    """
+
+    dataset: str = "chain_sum"
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    intermediate_size: int = 256
+    num_steps: int = 1000
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self):
+        resolve_dataset(self.dataset)
+        for name in ("num_steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate={self.learning_rate} must be positive.")
+
+    def digest(self) -> str:
+        payload = {"version": _BUILD_VERSION, "reasoning_gym": version("reasoning-gym"), **dataclasses.asdict(self)}
+        payload["dataset"] = resolve_dataset(self.dataset)
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def completion_of(answer: str) -> str:
+    """The demonstration of a gold answer under the ``reasoning_gym`` reward's convention."""
+    return f"<answer>{answer}</answer>"
+
+
+def prompt_text(tokenizer, prompt) -> str:
+    """A standard prompt as it is; a conversational one rendered by the chat template (with the generation prompt)."""
+    if isinstance(prompt, str):
+        return prompt
+    return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+
+def train_gym_base_model(settings: GymWarmStartSettings, progress: bool = True):
+    """Run the warm start; returns ``(model, tokenizer, stats)``. Deterministic given the settings."""
+    from ..data import load_named_dataset
+    from ..toy.modeling import make_model, make_tokenizer
+
+    train = load_named_dataset(resolve_dataset(settings.dataset))["train"]
+    tokenizer = make_tokenizer()
+    prompts = [prompt_text(tokenizer, p) for p in train["prompt"]]
+    completions = [completion_of(a) for a in train["answer"]]
+    model = make_model(
+        tokenizer,
+        hidden_size=settings.hidden_size,
+        num_hidden_layers=settings.num_hidden_layers,
+        num_attention_heads=settings.num_attention_heads,
+        num_key_value_heads=settings.num_key_value_heads,
+        intermediate_size=settings.intermediate_size,
+        seed=settings.seed,
+    )
+    rng = random.Random(f"gym-warmstart-{settings.seed}")
+
+    def next_batch():
+        rows = [rng.randrange(len(prompts)) for _ in range(settings.batch_size)]
+        return [prompts[i] for i in rows], [completions[i] for i in rows]
+
+    stats = supervised_warm_start(
+        model,
+        tokenizer,
+        next_batch,
+        num_steps=settings.num_steps,
+        learning_rate=settings.learning_rate,
+        warmup_steps=settings.warmup_steps,
+        weight_decay=settings.weight_decay,
+        desc=f"Warm start ({settings.dataset})",
+        progress=progress,
+    )
+    return model, tokenizer, stats
+
+
+def _resolve(cache_dir, settings: dict) -> tuple[GymWarmStartSettings, Path]:
+    # The toy's size preset (TRL_RLVR_EXT_TOY_SIZE=smoke) shrinks the defaults here too: settings not given take
+    # the smoke model and warm start, so a tutorial or a study's --quick runs end to end in seconds.
+    from ..toy.size import default_warmstart_overrides
+
+    settings = {**default_warmstart_overrides(), **settings}
+    try:
+        resolved = GymWarmStartSettings(**settings)
+    except TypeError as err:
+        fields = [f.name for f in dataclasses.fields(GymWarmStartSettings)]
+        raise TypeError(f"{err}. The base model's settings are {fields} (plus cache_dir, progress).") from None
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
+    return resolved, root / "reasoning_gym" / resolved.digest()
+
+
+def is_gym_base_model_cached(cache_dir: str | os.PathLike | None = None, **settings) -> bool:
+    """Whether `get_gym_base_model_path` with these arguments would load from the cache."""
+    return is_built(_resolve(cache_dir, settings)[1])
+
+
+def get_gym_base_model_path(cache_dir: str | os.PathLike | None = None, progress: bool = True, **settings) -> str:
+    """The directory of a reasoning-gym base model (model + tokenizer), built on first use, then cached.
+
+    Args:
+        cache_dir: cache root (default ``$TRL_RLVR_EXT_CACHE``, else ``~/.cache/trl_rlvr_ext``); the model lives in
+            ``<cache root>/reasoning_gym/<hash>``.
+        progress: show a progress bar while building.
+        **settings: fields of `GymWarmStartSettings` (``dataset``, model size, ``num_steps``, ...).
+    """
+    resolved, final = _resolve(cache_dir, settings)
+
+    def build():
+        model, tokenizer, stats = train_gym_base_model(resolved, progress=progress)
+        metadata = {
+            "settings": dataclasses.asdict(resolved),
+            "dataset_name": resolve_dataset(resolved.dataset),
+            "reasoning_gym_version": version("reasoning-gym"),
+            "build_version": _BUILD_VERSION,
+            **stats,
+        }
+        return model, tokenizer, metadata
+
+    return build_cached(final, build)
+
+
+def chance_rates(train_answers, test_answers) -> list[float]:
+    """Per held-out problem, the chance that one draw from the train answer distribution is its gold answer."""
+    counts: dict[str, int] = {}
+    for answer in train_answers:
+        counts[answer] = counts.get(answer, 0) + 1
+    return [counts.get(answer, 0) / len(train_answers) for answer in test_answers]
+
+
+def describe_base(model_path: str, dataset: str, num_problems: int = 100, num_samples: int = 32, seed: int = 0):
+    """The regime a base model puts RLVR in: pass@k on held-out problems, the spread of per-problem pass rates, and
+    the chance rate of guessing from the answer distribution (a pass@k far above it means computing, not guessing).
+
+    Samples at temperature 1 (the policy's own distribution, as GRPO samples it). Returns a dict.
+    """
+    import numpy as np
+
+    from ..data import load_named_dataset
+    from ..evaluation import evaluate_pass_at_k
+    from ..rewards.reasoning_gym import reasoning_gym_reward
+
+    splits = load_named_dataset(resolve_dataset(dataset))
+    test = splits["test"].select(range(min(num_problems, splits["test"].num_rows)))
+    result = evaluate_pass_at_k(
+        model_path,
+        test,
+        reasoning_gym_reward,
+        num_samples=num_samples,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=48,
+        seed=seed,
+        progress=False,
+    )
+    rates = result.num_correct / result.num_samples
+    chance = np.array(chance_rates(splits["train"]["answer"], test["answer"]))
+    return {
+        "pass_at_k": result.pass_at_k,
+        "chance_pass_at_k": {k: float(np.mean(1 - (1 - chance) ** k)) for k in result.pass_at_k},
+        "frac_rate_0": float(np.mean(rates == 0)),
+        "frac_rate_between_0.1_0.9": float(np.mean((rates > 0.1) & (rates < 0.9))),
+        "frac_rate_1": float(np.mean(rates == 1)),
+        "num_problems": len(rates),
+        "num_samples": num_samples,
+    }

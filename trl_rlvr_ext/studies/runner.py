@@ -1,0 +1,369 @@
+"""The study runner: arms x seeds on tasks, Pass@k of every final model, a table and plots, resumable.
+
+A *study* tests one claim. It names its tasks (`StudyTask`: a dataset, a reward, a base model), its arms (`Arm`: no
+training, or `RLVRGRPOTrainer` with some options) and its sizes (`StudySizes`). `run_study` runs every
+(task, arm, seed) not yet finished into ``<out_dir>/<task>/<arm>/seed<k>/result.json`` (written last, atomically:
+a run is finished exactly when that file exists, so an interrupted study resumes where it stopped), then writes
+``<out_dir>/results.md`` (mean ± sd over seeds) and, per task, ``<task>_pass_at_k.png`` and ``<task>_boundary.png``.
+
+Each run records its wall time, the command that started the study and a command that reruns just that run. During
+training a `BoundaryProbeCallback` follows the log-likelihood of correct held-out solutions (the gold completions of
+the first ``probe_problems`` held-out problems). Evaluation samples at temperature 1 (the policy's own distribution,
+as GRPO samples it) with the sampling seed ``1000 + seed``, so the base arm's spread over seeds is the evaluation
+noise.
+"""
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+
+@dataclasses.dataclass
+class StudyTask:
+    """A task of a study.
+
+    Args:
+        name: short name (a directory name).
+        dataset: a dataset name `trl_rlvr_ext.data` resolves, with ``train`` and ``test`` splits.
+        reward: a reward name of `trl_rlvr_ext.rewards.get_reward_func`.
+        base_model: ``base_model(quick) -> path`` of the model every arm starts from (built and cached on first use).
+        gold_completion: ``gold_completion(row) -> str``, a correct completion of a dataset row (the probes).
+        max_completion_length: generation budget (training and evaluation).
+    """
+
+    name: str
+    dataset: str
+    reward: str
+    base_model: Callable[[bool], str]
+    gold_completion: Callable[[dict], str]
+    max_completion_length: int
+
+
+@dataclasses.dataclass
+class Arm:
+    """An arm: ``train=False`` evaluates the base model; else GRPO with ``config`` overriding the study's settings."""
+
+    name: str
+    train: bool = True
+    config: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class StudySizes:
+    """The sizes of a study (the defaults: a modest CPU study; `QUICK`: a smoke run whose numbers mean nothing)."""
+
+    max_steps: int = 200
+    learning_rate: float = 5e-5
+    num_prompts: int = 32  # prompts per generation batch
+    num_generations: int = 8
+    steps_per_generation: int = 2
+    eval_problems: int = 100
+    eval_samples: int = 256
+    probe_problems: int = 100
+    probe_every: int = 20
+
+    def __post_init__(self):
+        for field in dataclasses.fields(self):
+            if getattr(self, field.name) <= 0:
+                raise ValueError(f"{field.name}={getattr(self, field.name)} must be positive.")
+        if (self.num_prompts * self.num_generations) % self.steps_per_generation:
+            raise ValueError("num_prompts * num_generations must be a multiple of steps_per_generation.")
+
+
+QUICK = StudySizes(
+    max_steps=2,
+    num_prompts=4,
+    num_generations=2,
+    steps_per_generation=1,
+    eval_problems=3,
+    eval_samples=4,
+    probe_problems=3,
+    probe_every=1,
+)
+
+
+@dataclasses.dataclass
+class Study:
+    """A named study: the claim it tests, its tasks and its arms."""
+
+    name: str
+    claim: str
+    tasks: dict[str, StudyTask]
+    arms: dict[str, Arm]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _grpo_config(run_dir: Path, task: StudyTask, arm: Arm, sizes: StudySizes, seed: int):
+    from ..grpo.grpo_config import RLVRGRPOConfig
+
+    settings = {
+        "output_dir": str(run_dir / "train"),
+        "loss_type": "dapo",
+        "beta": 0.0,
+        "learning_rate": sizes.learning_rate,
+        "lr_scheduler_type": "constant",
+        "num_generations": sizes.num_generations,
+        "per_device_train_batch_size": sizes.num_prompts * sizes.num_generations // sizes.steps_per_generation,
+        "steps_per_generation": sizes.steps_per_generation,
+        "gradient_accumulation_steps": 1,
+        "max_completion_length": task.max_completion_length,
+        "temperature": 1.0,
+        "max_steps": sizes.max_steps,
+        "logging_steps": max(1, min(sizes.probe_every, sizes.max_steps)),
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": True,
+        "activation_checkpointing": False,
+        "remove_unused_columns": False,  # the rewards read the dataset's columns
+        "seed": seed,
+        **arm.config,
+    }
+    return RLVRGRPOConfig(**settings), settings
+
+
+def run_one(
+    study: Study, task: StudyTask, arm: Arm, seed: int, out_dir: Path, sizes: StudySizes, quick: bool, command: str
+) -> dict:
+    """One (task, arm, seed): train (unless the arm is the base), evaluate Pass@k, write ``result.json``."""
+    from ..data import load_named_dataset
+    from ..evaluation import evaluate_pass_at_k
+    from ..evaluation.boundary import BoundaryProbeCallback
+    from ..rewards import get_reward_func
+
+    run_dir = out_dir / task.name / arm.name / f"seed{seed}"
+    result_path = run_dir / "result.json"
+    if result_path.is_file():
+        return json.loads(result_path.read_text())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    splits = load_named_dataset(task.dataset)
+    test = splits["test"].select(range(min(sizes.eval_problems, splits["test"].num_rows)))
+    reward = get_reward_func(task.reward)
+    base_path = task.base_model(quick)
+    model, tokenizer, boundary, log_history, config = base_path, None, [], [], None
+    train_seconds = 0.0
+    if arm.train:
+        from transformers import AutoTokenizer
+
+        from ..grpo.grpo_trainer import RLVRGRPOTrainer
+
+        args, config = _grpo_config(run_dir, task, arm, sizes, seed)
+        tokenizer = AutoTokenizer.from_pretrained(base_path)
+        probe_rows = splits["test"].select(range(min(sizes.probe_problems, splits["test"].num_rows)))
+        probes = [{"prompt": row["prompt"], "completion": task.gold_completion(row)} for row in probe_rows]
+        trainer = RLVRGRPOTrainer(
+            model=base_path, reward_funcs=reward, args=args, train_dataset=splits["train"], processing_class=tokenizer
+        )
+        probe = BoundaryProbeCallback(probes, trainer=trainer, eval_steps=sizes.probe_every)
+        trainer.add_callback(probe)
+        t0 = time.perf_counter()
+        trainer.train()
+        train_seconds = time.perf_counter() - t0
+        boundary, log_history = probe.history, trainer.state.log_history
+        model = trainer.model
+        model.eval()
+    evaluation = evaluate_pass_at_k(
+        model,
+        test,
+        reward,
+        tokenizer=tokenizer,
+        num_samples=sizes.eval_samples,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=task.max_completion_length,
+        batch_size=max(256, 2 * sizes.eval_samples),
+        seed=1000 + seed,
+        label=f"{task.name}/{arm.name}/seed{seed}",
+        progress=False,
+    )
+    result = {
+        "study": study.name,
+        "task": task.name,
+        "arm": arm.name,
+        "seed": seed,
+        "quick": quick,
+        "dataset": task.dataset,
+        "reward": task.reward,
+        "base_model": base_path,
+        "pass_at_k": {str(k): v for k, v in evaluation.pass_at_k.items()},
+        "num_correct": evaluation.num_correct.tolist(),
+        "num_samples": int(sizes.eval_samples),
+        "boundary": [{"step": step, **metrics} for step, metrics in boundary],
+        "train_log": log_history,
+        "grpo_config": config,
+        "sizes": dataclasses.asdict(sizes),
+        "train_seconds": round(train_seconds, 1),
+        "wall_seconds": round(time.perf_counter() - start, 1),
+        "command": command,
+        "rerun_command": f"{command.split(' --')[0]} --out_dir {out_dir} --tasks {task.name} --arms {arm.name} "
+        f"--seeds {seed}" + (" --quick" if quick else "") + _size_flags(sizes, quick),
+    }
+    _atomic_write(result_path, json.dumps(result, indent=1, default=float))
+    return result
+
+
+def _size_flags(sizes: StudySizes, quick: bool) -> str:
+    reference = QUICK if quick else StudySizes()
+    changed = [f.name for f in dataclasses.fields(sizes) if getattr(sizes, f.name) != getattr(reference, f.name)]
+    return "".join(f" --{name} {getattr(sizes, name)}" for name in changed)
+
+
+def _mean_sd(values: list[float], digits: int = 3) -> str:
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def chance_pass_at_k(dataset: str, num_problems: int, ks: list[int]) -> dict[int, float] | None:
+    """Pass@k of guessing: each sample drawn from the train split's answer distribution (``None`` without an
+    ``answer`` column). A pass@k near it is guessing, not computing."""
+    from ..data import load_named_dataset
+
+    splits = load_named_dataset(dataset)
+    if "answer" not in splits["train"].column_names:
+        return None
+    counts: dict[str, int] = {}
+    for answer in splits["train"]["answer"]:
+        counts[answer] = counts.get(answer, 0) + 1
+    test = splits["test"]["answer"][:num_problems]
+    rates = [counts.get(answer, 0) / splits["train"].num_rows for answer in test]
+    return {k: statistics.fmean(1 - (1 - q) ** k for q in rates) for k in ks}
+
+
+def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
+    """Write ``results.md`` (mean ± sd over seeds per task and arm) and the plots; returns the markdown."""
+    lines = [f"# Study `{study.name}`", "", study.claim, ""]
+    if any(r["quick"] for r in results):
+        lines += ["**--quick: a smoke run on untrained tiny models; these numbers mean nothing.**", ""]
+    for task_name in dict.fromkeys(r["task"] for r in results):
+        rows = [r for r in results if r["task"] == task_name]
+        ks = sorted({int(k) for r in rows for k in r["pass_at_k"]})
+        shown = [k for k in ks if k == 1 or k == ks[-1] or k in (4, 16, 64)]
+        lines += [f"## {task_name}", "", f"Dataset `{rows[0]['dataset']}`, reward `{rows[0]['reward']}`.", ""]
+        header = ["arm", "seeds", *[f"pass@{k}" for k in shown]]
+        header += ["interference_frac (end)", "winner_take_all (end)", "train s", "wall s"]
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for arm_name in dict.fromkeys(r["arm"] for r in rows):
+            runs = [r for r in rows if r["arm"] == arm_name]
+            cells = [arm_name, ",".join(str(r["seed"]) for r in runs)]
+            cells += [_mean_sd([r["pass_at_k"].get(str(k)) for r in runs]) for k in shown]
+            for key in ("interference_frac", "winner_take_all"):
+                ends = [r["boundary"][-1].get(f"boundary/{key}") for r in runs if r["boundary"]]
+                cells.append(_mean_sd(ends) if ends else "-")
+            cells += [_mean_sd([r[key] for r in runs], digits=0) for key in ("train_seconds", "wall_seconds")]
+            lines.append("| " + " | ".join(cells) + " |")
+        chance = chance_pass_at_k(rows[0]["dataset"], len(rows[0]["num_correct"]), shown)
+        if chance is not None:
+            cells = ["chance (guess from the train answers)", "-", *[f"{chance[k]:.3f}" for k in shown]]
+            lines.append("| " + " | ".join(cells + ["-"] * (len(header) - len(cells))) + " |")
+        lines += [
+            "",
+            "The base arm's spread over seeds is the evaluation noise (its seeds differ only in the sampling seed).",
+            "",
+        ]
+        _plot(task_name, rows, out_dir)
+        lines += [f"![Pass@k]({task_name}_pass_at_k.png)", f"![boundary]({task_name}_boundary.png)", ""]
+    lines += ["Commands (each run's own rerun command is in its result.json):", ""]
+    lines += [f"    {c}" for c in dict.fromkeys(r["command"] for r in results)]
+    markdown = "\n".join(lines) + "\n"
+    _atomic_write(out_dir / "results.md", markdown)
+    return markdown
+
+
+def _plot(task_name: str, rows: list[dict], out_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for arm in arms:
+        runs = [r for r in rows if r["arm"] == arm]
+        ks = sorted(int(k) for k in runs[0]["pass_at_k"])
+        values = np.array([[r["pass_at_k"][str(k)] for k in ks] for r in runs])
+        mean, sd = values.mean(axis=0), values.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(ks))
+        ax.plot(ks, mean, marker="o", label=f"{arm} (n={len(runs)})")
+        ax.fill_between(ks, mean - sd, mean + sd, alpha=0.2)
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="k", ylabel="pass@k (held out)", title=f"{task_name}: Pass@k, mean ± sd over seeds")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / f"{task_name}_pass_at_k.png", dpi=120)
+    plt.close(fig)
+
+    keys = ["mean_logp_correct", "interference_frac", "winner_take_all", "delta_q1", "delta_q5"]
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5))
+    for arm in arms:
+        runs = [r for r in rows if r["arm"] == arm and r["boundary"]]
+        if not runs:
+            continue
+        steps = [b["step"] for b in runs[0]["boundary"]]
+        for ax, key in zip(axes, keys):
+            values = np.array([[b.get(f"boundary/{key}", np.nan) for b in r["boundary"]] for r in runs], dtype=float)
+            with warnings.catch_warnings():  # winner_take_all is NaN at step 0 (no change yet): an empty mean is NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean(values, axis=0)
+            ax.plot(steps, mean, marker=".", label=arm)
+    for ax, key in zip(axes, keys):
+        ax.set(title=key, xlabel="step")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle(f"{task_name}: probe log-likelihood of correct held-out solutions (mean over seeds)")
+    fig.tight_layout()
+    fig.savefig(out_dir / f"{task_name}_boundary.png", dpi=100)
+    plt.close(fig)
+
+
+def run_study(
+    study: Study,
+    out_dir: str | os.PathLike,
+    tasks: list[str] | None = None,
+    arms: list[str] | None = None,
+    seeds: list[int] | None = None,
+    sizes: StudySizes | None = None,
+    quick: bool = False,
+    command: str = "",
+    log: Callable[[str], None] = print,
+) -> list[dict]:
+    """Run (or resume) ``study``; returns the results of every selected run, after writing the table and plots."""
+    for kind, chosen, known in (("task", tasks, study.tasks), ("arm", arms, study.arms)):
+        unknown = sorted(set(chosen or []) - set(known))
+        if unknown:
+            raise ValueError(f"Unknown {kind}(s) {unknown} for study {study.name!r}: choose from {sorted(known)}.")
+    seeds = [0, 1, 2] if seeds is None else list(seeds)
+    if not seeds:
+        raise ValueError("No seeds: give at least one.")
+    sizes = sizes or (QUICK if quick else StudySizes())
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for task_name in tasks or list(study.tasks):
+        # seed by seed, so that an interrupted study has every arm at its first seeds
+        for seed in seeds:
+            for arm_name in arms or list(study.arms):
+                done = (out / task_name / arm_name / f"seed{seed}" / "result.json").is_file()
+                log(f"[{study.name}] {task_name} / {arm_name} / seed {seed}: {'done, loading' if done else 'running'}")
+                result = run_one(study, study.tasks[task_name], study.arms[arm_name], seed, out, sizes, quick, command)
+                if not done:
+                    log(f"    pass@1 {result['pass_at_k']['1']:.3f}, wall {result['wall_seconds']:.0f} s")
+                results.append(result)
+    summarize(study, results, out)
+    log(f"[{study.name}] table: {out / 'results.md'}")
+    return results

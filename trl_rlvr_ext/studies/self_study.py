@@ -1,0 +1,79 @@
+"""The ``self`` study: SELF's claims (https://huggingface.co/papers/2510.02230) on the toy and reasoning-gym tasks.
+
+Arms: the base model; stock GRPO; GRPO with ``curation="self"`` (train only on prompts the greedy answer gets wrong);
+GRPO with ``curation="pass_rate"``. Tasks: the embedded toy (``toy:arithmetic``) and the reasoning-gym presets of
+`trl_rlvr_ext.studies.gym_bases` (each with its own warm-started base), the latter needing the ``[gym]`` extra.
+With ``quick``, every task starts from the randomly initialised tiny model instead (a smoke run).
+"""
+
+from .runner import Arm, Study, StudyTask
+
+
+CLAIM = (
+    "SELF (arXiv 2510.02230) claims that on-policy RLVR lowers Pass@k at large k below the base model, through "
+    "negative interference and winner-take-all, and that curating towards low-likelihood problems restores it. "
+    "Evaluation: unbiased Pass@k on held-out problems, samples at temperature 1; probe metrics: log-likelihood of the "
+    "gold completions of held-out problems (trl_rlvr_ext.evaluation.BoundaryProbeCallback)."
+)
+# Warm-start steps of the reasoning-gym bases (see trl_rlvr_ext.studies.gym_bases; cached by their settings),
+# chosen for a wide spread of per-problem pass rates (measured: see describe_base). The mixture learns two skills
+# and needs more steps for the same spread.
+GYM_BASE_STEPS = {"chain_sum": 400, "number_sorting": 400, "chain_sum+number_sorting": 1000}
+
+
+def _tiny(quick: bool) -> str:
+    from ..data import resolve_model_name_or_path
+
+    return resolve_model_name_or_path("toy:tiny")
+
+
+def _toy_base(quick: bool) -> str:
+    from ..data import resolve_model_name_or_path
+
+    return resolve_model_name_or_path("toy:tiny" if quick else "toy:base")
+
+
+def _gym_base(preset: str):
+    def base_model(quick: bool) -> str:
+        if quick:
+            return _tiny(quick)
+        from .gym_bases import get_gym_base_model_path
+
+        return get_gym_base_model_path(dataset=preset, num_steps=GYM_BASE_STEPS[preset])
+
+    return base_model
+
+
+def _toy_gold(row: dict) -> str:
+    from ..toy.task import format_completion
+
+    return format_completion(row["answer"])
+
+
+def _gym_gold(row: dict) -> str:
+    return f"<answer>{row['answer']}</answer>"
+
+
+def _gym_task(name: str, preset: str, max_completion_length: int) -> StudyTask:
+    from .gym_bases import PRESETS
+
+    return StudyTask(name, PRESETS[preset], "reasoning_gym", _gym_base(preset), _gym_gold, max_completion_length)
+
+
+def make_study() -> Study:
+    tasks = {
+        # "[" + 4 digits + "]" + EOS
+        "toy": StudyTask("toy", "toy:arithmetic", "toy_accuracy", _toy_base, _toy_gold, 7),
+        # "<answer>" + at most "-18" + "</answer>" + EOS = 21 tokens
+        "chain_sum": _gym_task("chain_sum", "chain_sum", 24),
+        # "<answer>['9.0', '25.0', '83.0']</answer>" + EOS = 42 tokens
+        "number_sorting": _gym_task("number_sorting", "number_sorting", 44),
+        "mixture": _gym_task("mixture", "chain_sum+number_sorting", 44),
+    }
+    arms = {
+        "base": Arm("base", train=False),
+        "grpo": Arm("grpo"),
+        "self": Arm("self", config={"curation": "self", "curation_id_column": "idx"}),
+        "pass_rate": Arm("pass_rate", config={"curation": "pass_rate", "curation_id_column": "idx"}),
+    }
+    return Study("self", CLAIM, tasks, arms)

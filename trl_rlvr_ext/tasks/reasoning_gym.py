@@ -1,0 +1,332 @@
+r"""reasoning-gym tasks as TRL prompt-only datasets (optional extra ``[gym]``: ``pip install -e ".[gym]"``).
+
+`reasoning-gym <https://github.com/open-thought/reasoning-gym>`_ has about a hundred procedural task generators, each
+with its own verifier (``score_answer``). A dataset name of the form
+
+    reasoning_gym:<task>[+<task>...][?<option>=<value>&...]
+
+resolves through `trl_rlvr_ext.data`, so it works wherever a dataset name is accepted (the GRPO/DPO scripts and
+recipes, ``trl-rlvr-ext eval``/``curate``, `trl_rlvr_ext.data.load_named_dataset`). Examples::
+
+    reasoning_gym:count_bits?size=2000&seed=1&max_n=255
+    reasoning_gym:chain_sum?min_terms=2&max_terms=2&max_digits=2&strip_template=true
+    reasoning_gym:chain_sum+count_bits?chain_sum.max_digits=1&count_bits.max_n=63&count_bits.weight=2
+
+Options (everything after ``?``, ``&``-separated):
+
+- ``size`` (default 1000): train problems; ``test_size`` (default 200): held-out problems.
+- ``seed`` (default 0): the train split is reasoning-gym's dataset at this seed.
+- ``format``: ``standard`` (default; the prompt is the question text) or ``conversational`` (a system message with
+  reasoning-gym's default system prompt, which asks for ``<answer>...</answer>``, then the question as a user message).
+- ``strip_template`` (default false): remove the constant text every question of a task starts and ends with
+  (reasoning-gym prompts carry a fixed natural-language prefix, e.g. ``"State the final answer to the following
+  arithmetic problem: "``), leaving the varying part (``"4 - 1 - 7 ="``). The constant part is the longest common
+  prefix (and suffix) of the task's train questions, cut at whitespace; train and test are stripped identically.
+  Meant for tiny models with a short context; the task itself is unchanged.
+- any other ``key=value`` is a generator option of the task (a field of its reasoning-gym config, e.g. ``max_n`` of
+  ``count_bits``). In a mixture, write ``<task>.<key>=value``; ``<task>.weight`` sets its sampling weight (default 1).
+  Values parse as ``true``/``false``, integers, floats, or text; ``a,b,c`` is a tuple (``operators=+,-``).
+
+The splits share no problem: reasoning-gym draws item ``i`` of ``create_dataset(task, size, seed)`` from an RNG seeded
+with ``seed + i``, so two seeds closer than the sizes share items. The held-out split is therefore drawn at
+``seed + TEST_SEED_OFFSET`` (far beyond any train size), and every held-out question that also occurs in the train
+split is dropped (and the held-out split keeps each question once), drawing on until ``test_size`` remain.
+
+Columns: ``prompt``; ``answer`` (the gold answer string); ``task`` (the reasoning-gym task of the row); ``entry``
+(the reasoning-gym entry, question/answer/metadata, as JSON); ``task_options`` (the task's generator options, JSON);
+``idx`` (the row's position in its split). The reward `trl_rlvr_ext.rewards.reasoning_gym.reasoning_gym_reward` reads
+``task``, ``entry`` and ``task_options`` and grades with the task's own ``score_answer``.
+"""
+
+import dataclasses
+import difflib
+import json
+
+
+PREFIX = "reasoning_gym:"
+INSTALL_HINT = 'pip install "reasoning-gym>=0.1.25" (from a clone of trl-rlvr-ext: pip install -e ".[gym]")'
+# Far beyond any train size: train items use RNG seeds [seed, seed + size), held-out items [seed + OFFSET, ...).
+TEST_SEED_OFFSET = 1_000_000_007
+# Options of the name that are ours, not the generator's.
+RESERVED_OPTIONS = ("size", "test_size", "seed", "format", "strip_template")
+FORMATS = ("standard", "conversational")
+_DEFAULTS = {"size": 1000, "test_size": 200, "seed": 0, "format": "standard", "strip_template": False}
+
+
+def import_reasoning_gym():
+    """The ``reasoning_gym`` module, or an `ImportError` that says how to install the extra."""
+    try:
+        import reasoning_gym
+    except ImportError as error:
+        raise ImportError(
+            f"reasoning_gym: dataset names and the 'reasoning_gym' reward need the optional package reasoning-gym "
+            f"({error}). Install it with: {INSTALL_HINT}"
+        ) from error
+    return reasoning_gym
+
+
+def task_names() -> list[str]:
+    """The reasoning-gym task names (``reasoning_gym.factory.DATASETS``)."""
+    import_reasoning_gym()
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(name for name in DATASETS if name != "composite")
+
+
+def parse_value(text: str):
+    """``"true"``/``"false"`` -> bool, integers and floats -> numbers, ``"a,b"`` -> a tuple of parsed parts, else text."""
+    if "," in text:
+        return tuple(parse_value(part) for part in text.split(",") if part != "")
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class ReasoningGymSpec:
+    """A parsed ``reasoning_gym:`` name: the tasks with their generator options and weights, and the split settings."""
+
+    tasks: tuple[str, ...]
+    options: dict  # task -> {generator option: value}
+    weights: dict  # task -> weight
+    size: int = 1000
+    test_size: int = 200
+    seed: int = 0
+    format: str = "standard"
+    strip_template: bool = False
+
+
+def _check_task(task: str, known: list[str]) -> None:
+    if task not in known:
+        close = difflib.get_close_matches(task, known, n=5, cutoff=0.5)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise ValueError(
+            f"Unknown reasoning-gym task {task!r}.{hint} The tasks are listed by "
+            "`trl_rlvr_ext.tasks.reasoning_gym.task_names()` (reasoning_gym.factory.DATASETS)."
+        )
+
+
+def _config_fields(task: str) -> list[str]:
+    from reasoning_gym.factory import DATASETS
+
+    config_cls = DATASETS[task][1]
+    return [f.name for f in dataclasses.fields(config_cls) if f.name not in ("seed", "size")]
+
+
+def parse_name(name: str) -> ReasoningGymSpec:
+    """Parse ``reasoning_gym:<task>[+<task>...][?<option>=<value>&...]`` (see the module docstring); checks the task
+    names and option names against reasoning-gym, so a typo fails here, naming the valid choices."""
+    if not name.startswith(PREFIX):
+        raise ValueError(f"{name!r} is not a reasoning-gym dataset name: it must start with {PREFIX!r}.")
+    body = name[len(PREFIX) :]
+    task_part, _, query = body.partition("?")
+    tasks = tuple(task_part.split("+"))
+    if not task_part or any(not t for t in tasks):
+        raise ValueError(
+            f"{name!r} names no task: write reasoning_gym:<task>, e.g. reasoning_gym:chain_sum, or a mixture "
+            "reasoning_gym:chain_sum+count_bits."
+        )
+    if len(set(tasks)) != len(tasks):
+        raise ValueError(f"{name!r} names a task twice; name each task of a mixture once.")
+    known = task_names()
+    for task in tasks:
+        _check_task(task, known)
+    settings = dict(_DEFAULTS)
+    options = {task: {} for task in tasks}
+    weights = dict.fromkeys(tasks, 1.0)
+    # Not URL decoding: "+" and "%" are literal ("operators=+,-").
+    pairs = []
+    for item in query.split("&") if query else []:
+        key, equals, raw = item.partition("=")
+        if not equals or not key:
+            raise ValueError(
+                f"Cannot read the option {item!r} of {name!r}: write options as key=value pairs separated by '&'."
+            )
+        pairs.append((key, raw))
+    for key, raw in pairs:
+        if raw == "":
+            raise ValueError(f"Option {key!r} of {name!r} has no value: write {key}=<value>.")
+        value = parse_value(raw)
+        if key in RESERVED_OPTIONS:
+            settings[key] = value
+            continue
+        task, dot, option = key.rpartition(".")
+        if not dot:
+            if len(tasks) > 1:
+                raise ValueError(
+                    f"Option {key!r} of the mixture {name!r} does not say which task it is for: write "
+                    f"<task>.{key}=..., e.g. {tasks[0]}.{key}={raw}."
+                )
+            task, option = tasks[0], key
+        if task not in tasks:
+            raise ValueError(f"Option {key!r} of {name!r} is for task {task!r}, which is not one of {list(tasks)}.")
+        if option == "weight":
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{key}={raw}: a task's weight must be a positive number.")
+            weights[task] = float(value)
+            continue
+        fields = _config_fields(task)
+        if option not in fields:
+            close = difflib.get_close_matches(option, fields, n=3, cutoff=0.5)
+            hint = f" Did you mean {', '.join(close)}?" if close else ""
+            raise ValueError(
+                f"Unknown option {option!r} for reasoning-gym task {task!r}.{hint} Its options are {fields}; ours are "
+                f"{list(RESERVED_OPTIONS)}" + (" and <task>.weight" if len(tasks) > 1 else "") + "."
+            )
+        options[task][option] = value
+    for key in ("size", "test_size", "seed"):
+        if not isinstance(settings[key], int) or isinstance(settings[key], bool) or settings[key] < 0:
+            raise ValueError(f"{key}={settings[key]!r} in {name!r} must be a non-negative integer.")
+    if settings["size"] < 1 or settings["test_size"] < 1:
+        raise ValueError(f"size and test_size in {name!r} must be at least 1.")
+    if settings["size"] >= TEST_SEED_OFFSET:
+        raise ValueError(f"size={settings['size']} is too large: keep it below {TEST_SEED_OFFSET}.")
+    if settings["format"] not in FORMATS:
+        raise ValueError(f"format={settings['format']!r} in {name!r}: use one of {list(FORMATS)}.")
+    if not isinstance(settings["strip_template"], bool):
+        raise TypeError(f"strip_template={settings['strip_template']!r} in {name!r}: use true or false.")
+    return ReasoningGymSpec(tasks=tasks, options=options, weights=weights, **settings)
+
+
+def _create(spec: ReasoningGymSpec, size: int, seed: int):
+    """The reasoning-gym dataset of ``spec`` at ``size``/``seed`` (a composite for a mixture); bad option values fail
+    with the generator's own message."""
+    rg = import_reasoning_gym()
+    try:
+        if len(spec.tasks) == 1:
+            task = spec.tasks[0]
+            return rg.create_dataset(task, size=size, seed=seed, **spec.options[task])
+        from reasoning_gym.composite import DatasetSpec
+
+        specs = [DatasetSpec(name=t, weight=spec.weights[t], config=dict(spec.options[t])) for t in spec.tasks]
+        return rg.create_dataset("composite", size=size, seed=seed, datasets=specs)
+    except (AssertionError, ValueError, TypeError) as error:
+        raise ValueError(
+            f"reasoning-gym rejected the options {spec.options} of {list(spec.tasks)}: {error or type(error).__name__}. "
+            "Change the option values (see the task's config class in reasoning-gym)."
+        ) from error
+
+
+def _entry_task(entry: dict, spec: ReasoningGymSpec) -> str:
+    return entry.get("metadata", {}).get("source_dataset", spec.tasks[0])
+
+
+def _common_affixes(questions: list[str]) -> tuple[str, str]:
+    """The longest common prefix ending in whitespace and the longest common suffix starting with whitespace."""
+    if len(set(questions)) < 2:
+        return "", ""
+    first, last = min(questions), max(questions)
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    prefix = first[:n]
+    prefix = prefix[: max(prefix.rfind(c) for c in " \n\t") + 1]
+    reversed_questions = [q[::-1] for q in questions]
+    first, last = min(reversed_questions), max(reversed_questions)
+    n = 0
+    while n < min(len(first), len(last)) and first[n] == last[n]:
+        n += 1
+    suffix = first[:n][::-1]
+    cut = min((suffix.find(c) for c in " \n\t" if c in suffix), default=-1)
+    suffix = suffix[cut:] if cut >= 0 else ""
+    return prefix, suffix
+
+
+def _strip(question: str, prefix: str, suffix: str) -> str:
+    if prefix and question.startswith(prefix) and len(question) > len(prefix) + len(suffix):
+        question = question[len(prefix) :]
+    if suffix and question.endswith(suffix) and len(question) > len(suffix):
+        question = question[: -len(suffix)]
+    return question.strip()
+
+
+def _prompt(question: str, spec: ReasoningGymSpec):
+    if spec.format == "standard":
+        return question
+    from reasoning_gym.utils import SYSTEM_PROMPTS
+
+    return [{"role": "system", "content": SYSTEM_PROMPTS["default"]}, {"role": "user", "content": question}]
+
+
+def _rows(entries: list[dict], spec: ReasoningGymSpec, affixes: dict) -> dict:
+    columns = {"prompt": [], "answer": [], "task": [], "entry": [], "task_options": [], "idx": []}
+    for i, entry in enumerate(entries):
+        task = _entry_task(entry, spec)
+        question = entry["question"]
+        if spec.strip_template:
+            question = _strip(question, *affixes.get(task, ("", "")))
+        columns["prompt"].append(_prompt(question, spec))
+        columns["answer"].append(str(entry["answer"]))
+        columns["task"].append(task)
+        columns["entry"].append(json.dumps(entry, default=str, sort_keys=True))
+        columns["task_options"].append(json.dumps(spec.options[task], sort_keys=True))
+        columns["idx"].append(i)
+    return columns
+
+
+def make_reasoning_gym_datasets(name_or_spec: "str | ReasoningGymSpec"):
+    """A `DatasetDict` with ``train`` and ``test`` splits (TRL prompt-only format) for a ``reasoning_gym:`` name.
+
+    The ``test`` split shares no question with ``train`` (see the module docstring for how). Deterministic given the
+    name.
+    """
+    from datasets import Dataset, DatasetDict
+
+    spec = parse_name(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
+    train_source = _create(spec, spec.size, spec.seed)
+    train = [train_source[i] for i in range(spec.size)]
+    train_questions = {entry["question"] for entry in train}
+    # Draw held-out items from a far seed, keeping each new question once and none that is in train.
+    max_draws = 20 * spec.test_size + 1000
+    test_source = _create(spec, max_draws, spec.seed + TEST_SEED_OFFSET)
+    test, seen = [], set()
+    for i in range(max_draws):
+        entry = test_source[i]
+        if entry["question"] in train_questions or entry["question"] in seen:
+            continue
+        seen.add(entry["question"])
+        test.append(entry)
+        if len(test) == spec.test_size:
+            break
+    else:
+        raise ValueError(
+            f"Could not draw {spec.test_size} held-out problems that are not in the {spec.size} train problems of "
+            f"{list(spec.tasks)} with options {spec.options}: only {len(test)} distinct new questions in {max_draws} "
+            "draws. The task's problem space is too small for these sizes: lower size or test_size, or widen the "
+            "generator options (larger ranges)."
+        )
+    affixes = {}
+    if spec.strip_template:
+        by_task: dict[str, list[str]] = {}
+        for entry in train:
+            by_task.setdefault(_entry_task(entry, spec), []).append(entry["question"])
+        affixes = {task: _common_affixes(questions) for task, questions in by_task.items()}
+    return DatasetDict(
+        {
+            "train": Dataset.from_dict(_rows(train, spec, affixes)),
+            "test": Dataset.from_dict(_rows(test, spec, affixes)),
+        }
+    )
+
+
+def load_reasoning_gym(name: str):
+    """`make_reasoning_gym_datasets` for a ``reasoning_gym:`` name (the hook of `trl_rlvr_ext.data`)."""
+    return make_reasoning_gym_datasets(name)
+
+
+__all__ = [
+    "INSTALL_HINT",
+    "PREFIX",
+    "TEST_SEED_OFFSET",
+    "ReasoningGymSpec",
+    "load_reasoning_gym",
+    "make_reasoning_gym_datasets",
+    "parse_name",
+    "task_names",
+]
