@@ -39,6 +39,7 @@ PAGE_TESTS = {
     "tutorials/pass_at_k.md": "test_docs_curation.py::test_pass_at_k_tutorial_runs",
     "tutorials/offline_curation.md": "test_docs_curation.py::test_offline_curation_tutorial_runs",
     "reference/api.md": "no code blocks",
+    "evidence/self.md": "no code blocks",
     "reference/metrics.md": "no code blocks",
     "reference/reliability.md": "test_rewards_docs.py::test_reliability_page_runs",
     "methods/dynamic_sampling.md": "test_docs_dynamic_sampling.py::test_dynamic_sampling_method_page_config_example",
