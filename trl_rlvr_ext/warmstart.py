@@ -95,6 +95,20 @@ def supervised_warm_start(
     return {"final_loss_ema": running, "train_seconds": round(time.perf_counter() - start, 1)}
 
 
+def resolve_settings(settings_cls, subdir: str, cache_dir, settings: dict):
+    """``(settings_cls(**settings), <cache root>/<subdir>/<digest>)``: the resolved settings of a base model and the
+    directory its build is cached in. An unknown setting is a `TypeError` listing the valid ones."""
+    import dataclasses
+
+    try:
+        resolved = settings_cls(**settings)
+    except TypeError as err:
+        fields = [f.name for f in dataclasses.fields(settings_cls)]
+        raise TypeError(f"{err}. The base model's settings are {fields} (plus cache_dir, progress).") from None
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
+    return resolved, root / subdir / resolved.digest()
+
+
 def is_built(final: Path) -> bool:
     """Whether ``final`` holds a complete build."""
     return (Path(final) / METADATA_FILE).is_file()

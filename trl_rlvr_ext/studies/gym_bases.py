@@ -22,7 +22,7 @@ import random
 from importlib.metadata import version
 from pathlib import Path
 
-from ..warmstart import build_cached, default_cache_root, is_built, supervised_warm_start
+from ..warmstart import build_cached, is_built, resolve_settings, supervised_warm_start
 
 
 _BUILD_VERSION = 1
@@ -110,21 +110,13 @@ def prompt_text(tokenizer, prompt) -> str:
 def train_gym_base_model(settings: GymWarmStartSettings, progress: bool = True):
     """Run the warm start; returns ``(model, tokenizer, stats)``. Deterministic given the settings."""
     from ..data import load_named_dataset
-    from ..toy.modeling import make_model, make_tokenizer
+    from ..toy.modeling import make_model_from_settings, make_tokenizer
 
     train = load_named_dataset(resolve_dataset(settings.dataset))["train"]
     tokenizer = make_tokenizer()
     prompts = [prompt_text(tokenizer, p) for p in train["prompt"]]
     completions = [completion_of(a) for a in train["answer"]]
-    model = make_model(
-        tokenizer,
-        hidden_size=settings.hidden_size,
-        num_hidden_layers=settings.num_hidden_layers,
-        num_attention_heads=settings.num_attention_heads,
-        num_key_value_heads=settings.num_key_value_heads,
-        intermediate_size=settings.intermediate_size,
-        seed=settings.seed,
-    )
+    model = make_model_from_settings(tokenizer, settings)
     rng = random.Random(f"gym-warmstart-{settings.seed}")
 
     def next_batch():
@@ -151,13 +143,7 @@ def _resolve(cache_dir, settings: dict) -> tuple[GymWarmStartSettings, Path]:
     from ..toy.size import default_warmstart_overrides
 
     settings = {**default_warmstart_overrides(), **settings}
-    try:
-        resolved = GymWarmStartSettings(**settings)
-    except TypeError as err:
-        fields = [f.name for f in dataclasses.fields(GymWarmStartSettings)]
-        raise TypeError(f"{err}. The base model's settings are {fields} (plus cache_dir, progress).") from None
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-    return resolved, root / "reasoning_gym" / resolved.digest()
+    return resolve_settings(GymWarmStartSettings, "reasoning_gym", cache_dir, settings)
 
 
 def is_gym_base_model_cached(cache_dir: str | os.PathLike | None = None, **settings) -> bool:

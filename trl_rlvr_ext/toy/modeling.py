@@ -77,3 +77,16 @@ def save_tiny_model(path, seed: int = 0, **model_kwargs) -> str:
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+def make_model_from_settings(tokenizer: PreTrainedTokenizerFast, settings) -> Qwen2ForCausalLM:
+    """`make_model` sized by the model fields of a warm-start settings object (the toy's or a reasoning-gym base's)."""
+    return make_model(
+        tokenizer,
+        hidden_size=settings.hidden_size,
+        num_hidden_layers=settings.num_hidden_layers,
+        num_attention_heads=settings.num_attention_heads,
+        num_key_value_heads=settings.num_key_value_heads,
+        intermediate_size=settings.intermediate_size,
+        seed=settings.seed,
+    )

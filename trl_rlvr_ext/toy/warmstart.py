@@ -26,8 +26,15 @@ import random
 from pathlib import Path
 
 # CACHE_ENV_VAR and default_cache_root stay importable from here (public names of this module).
-from ..warmstart import CACHE_ENV_VAR, build_cached, default_cache_root, is_built, supervised_warm_start  # noqa: F401
-from .modeling import make_model, make_tokenizer
+from ..warmstart import (  # noqa: F401 -- CACHE_ENV_VAR and default_cache_root stay importable from here
+    CACHE_ENV_VAR,
+    build_cached,
+    default_cache_root,
+    is_built,
+    resolve_settings,
+    supervised_warm_start,
+)
+from .modeling import make_model_from_settings, make_tokenizer
 from .size import default_warmstart_overrides
 from .task import _check_digits, forgetful_sum, format_answer, format_completion, format_prompt, sample_operands
 
@@ -94,15 +101,7 @@ def _demonstration_batch(tokenizer, settings: WarmStartSettings, rng: random.Ran
 def train_base_model(settings: WarmStartSettings, progress: bool = True):
     """Run the warm start; returns ``(model, tokenizer, stats)``. Plain PyTorch, deterministic given the settings."""
     tokenizer = make_tokenizer()
-    model = make_model(
-        tokenizer,
-        hidden_size=settings.hidden_size,
-        num_hidden_layers=settings.num_hidden_layers,
-        num_attention_heads=settings.num_attention_heads,
-        num_key_value_heads=settings.num_key_value_heads,
-        intermediate_size=settings.intermediate_size,
-        seed=settings.seed,
-    )
+    model = make_model_from_settings(tokenizer, settings)
     rng = random.Random(f"warmstart-{settings.seed}")
     stats = supervised_warm_start(
         model,
@@ -121,13 +120,7 @@ def train_base_model(settings: WarmStartSettings, progress: bool = True):
 def _resolve(cache_dir, settings: dict) -> tuple[WarmStartSettings, Path]:
     # The size preset ($TRL_RLVR_EXT_TOY_SIZE) replaces defaults only: settings given by the caller always win.
     settings = {**default_warmstart_overrides(), **settings}
-    try:
-        resolved = WarmStartSettings(**settings)
-    except TypeError as err:
-        fields = [f.name for f in dataclasses.fields(WarmStartSettings)]
-        raise TypeError(f"{err}. The base model's settings are {fields} (plus cache_dir, progress).") from None
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-    return resolved, root / "toy" / resolved.digest()
+    return resolve_settings(WarmStartSettings, "toy", cache_dir, settings)
 
 
 def is_base_model_cached(cache_dir: str | os.PathLike | None = None, **settings) -> bool:
