@@ -237,7 +237,7 @@ class BoundaryProbeCallback(TrainerCallback):
     def _prepare_probes(self) -> None:
         from accelerate.utils import gather_object
 
-        from .generation import TransformersBackend, render_prompt_ids, sample_and_grade
+        from ..sampling import SamplingSettings, TransformersBackend, render_prompt_ids, sample_and_grade
 
         tokenizer = self.trainer.processing_class
         if not self.harvest:
@@ -253,17 +253,17 @@ class BoundaryProbeCallback(TrainerCallback):
             per_batch = max(1, self.batch_size // self.num_harvest_samples)
             for b, start in enumerate(range(0, len(padded), per_batch)):
                 chunk = padded[start : start + per_batch]
-                prompt_ids, sampled, correct = sample_and_grade(
-                    backend,
-                    tokenizer,
-                    [self.rows[i] for i in chunk],
-                    self.reward_funcs,
-                    self.num_harvest_samples,
+                sampling = SamplingSettings(
+                    num_samples=self.num_harvest_samples,
                     temperature=self.temperature,
                     max_new_tokens=max_new_tokens,
-                    correct_threshold=self.correct_threshold,
                     seed=self.seed + 1_000_003 * self.trainer.accelerator.process_index + b,
                 )
+                graded = sample_and_grade(
+                    backend, tokenizer, [self.rows[i] for i in chunk], self.reward_funcs, sampling,
+                    correct_threshold=self.correct_threshold,
+                )  # fmt: skip
+                prompt_ids, sampled, correct = graded.prompt_ids, graded.completion_ids, graded.correct
                 for j, i in enumerate(chunk):
                     if start + j >= len(mine):  # padding
                         continue
