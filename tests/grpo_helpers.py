@@ -33,3 +33,23 @@ def grpo_kwargs(output_dir, **overrides) -> dict:
     }
     kwargs.update(overrides)
     return kwargs
+
+
+def small_grpo_kwargs(output_dir, **overrides) -> dict:
+    """CPU-sized GRPO settings with groups of 2 and no batch reuse (the curation and dynamic-sampling tests)."""
+    kwargs = {
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": 8,
+        "num_generations": 2,
+        "max_completion_length": 6,
+        "learning_rate": 1e-2,
+        "max_steps": 3,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": True,
+        "gradient_checkpointing": False,
+        "seed": 0,
+    }
+    kwargs.update(overrides)
+    return kwargs

@@ -6,6 +6,7 @@ import os
 import pytest
 import torch
 from datasets import Dataset
+from grpo_helpers import small_grpo_kwargs
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
@@ -26,27 +27,8 @@ def prompts(n=8):
     return Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(n)], "answer": [str(2 * i) for i in range(n)]})
 
 
-def config(tmp_path, **overrides):
-    kwargs = {
-        "output_dir": str(tmp_path),
-        "per_device_train_batch_size": 8,
-        "num_generations": 2,
-        "max_completion_length": 6,
-        "learning_rate": 1e-2,
-        "max_steps": 3,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "report_to": "none",
-        "use_cpu": True,
-        "gradient_checkpointing": False,
-        "seed": 0,
-    }
-    kwargs.update(overrides)
-    return kwargs
-
-
 def make_trainer(tmp_path, model_path, reward=length_reward, dataset=None, **overrides):
-    args = RLVRGRPOConfig(**config(tmp_path, **overrides))
+    args = RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, **overrides))
     return RLVRGRPOTrainer(model=model_path, reward_funcs=reward, args=args, train_dataset=dataset or prompts())
 
 
@@ -333,19 +315,21 @@ def test_self_sequence_averaged_losses_weigh_each_kept_sequence_one_over_k(
 
 def test_self_refuses_loss_types_without_a_kept_only_normaliser(tmp_path):
     with pytest.raises(ValueError, match=r"loss_type='bnpo'.*Use one of \['dapo', 'cispo', 'vespo', 'grpo'"):
-        RLVRGRPOConfig(**config(tmp_path, curation="self", loss_type="bnpo"))
-    RLVRGRPOConfig(**config(tmp_path, curation="pass_rate", loss_type="bnpo"))  # only SELF masks rows
+        RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, curation="self", loss_type="bnpo"))
+    RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, curation="pass_rate", loss_type="bnpo"))  # only SELF masks rows
     with pytest.raises(ValueError, match="must be a multiple of gradient_accumulation_steps"):
         RLVRGRPOConfig(
-            **config(
+            **small_grpo_kwargs(
                 tmp_path, curation="self", loss_type="grpo", gradient_accumulation_steps=2, steps_per_generation=3
             )
         )
-    RLVRGRPOConfig(**config(tmp_path, curation="self", gradient_accumulation_steps=2, steps_per_generation=3))  # dapo
+    RLVRGRPOConfig(
+        **small_grpo_kwargs(tmp_path, curation="self", gradient_accumulation_steps=2, steps_per_generation=3)
+    )  # dapo
     # the window factor multiplies TRL's whole micro-batch loss: no other term may ride along
     with pytest.raises(ValueError, match="entropy bonus"):
-        RLVRGRPOConfig(**config(tmp_path, curation="self", loss_type="grpo", entropy_coef=0.01))
-    RLVRGRPOConfig(**config(tmp_path, curation="self", entropy_coef=0.01))  # dapo: no factor
+        RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, curation="self", loss_type="grpo", entropy_coef=0.01))
+    RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, curation="self", entropy_coef=0.01))  # dapo: no factor
 
 
 def test_self_sequence_averaged_loss_refuses_a_router_aux_loss(tiny_model_path, tmp_path):
@@ -369,7 +353,10 @@ def test_self_default_is_the_papers_filter(tiny_model_path, tmp_path):
 # ---------------------------------------------------------------------------------------------- equivalences
 def run(trainer_cls, args_cls, tmp_path, model_path, reward, dataset, **overrides):
     trainer = trainer_cls(
-        model=model_path, reward_funcs=reward, args=args_cls(**config(tmp_path, **overrides)), train_dataset=dataset
+        model=model_path,
+        reward_funcs=reward,
+        args=args_cls(**small_grpo_kwargs(tmp_path, **overrides)),
+        train_dataset=dataset,
     )
     trainer.train()
     return trainer
@@ -546,7 +533,7 @@ def test_configuration_errors_are_clear(tiny_model_path, tmp_path):
         RLVRGRPOTrainer(
             model=tiny_model_path,
             reward_funcs=[length_reward, other],
-            args=RLVRGRPOConfig(**config(tmp_path, curation="self")),
+            args=RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, curation="self")),
             train_dataset=prompts(),
         )
     with pytest.raises(ValueError, match="not one of the reward functions"):
@@ -557,11 +544,11 @@ def test_configuration_errors_are_clear(tiny_model_path, tmp_path):
     with pytest.raises(ValueError, match="duplicates"):
         make_trainer(tmp_path, tiny_model_path, dataset=dup, curation="self", curation_id_column="idx")
     with pytest.raises(ValueError, match="remove_unused_columns"):
-        RLVRGRPOConfig(**config(tmp_path, curation="self", remove_unused_columns=True))
+        RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, curation="self", remove_unused_columns=True))
     with pytest.raises(ValueError, match="curation_pass_rate_floor"):
-        RLVRGRPOConfig(**config(tmp_path, curation="pass_rate", curation_pass_rate_floor=0.0))
+        RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, curation="pass_rate", curation_pass_rate_floor=0.0))
     with pytest.raises(ValueError, match="not supported"):
-        RLVRGRPOConfig(**config(tmp_path, curation="greedy"))
+        RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, curation="greedy"))
 
 
 @pytest.mark.parametrize("loss_type", ["dapo", "cispo"])

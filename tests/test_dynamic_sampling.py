@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 from datasets import Dataset
-from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
+from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset, small_grpo_kwargs
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import pad
 
@@ -128,27 +128,8 @@ def constant_reward(completions, **kwargs):
     return [1.0] * len(completions)
 
 
-def config_kwargs(output_dir, **overrides):
-    kwargs = {
-        "output_dir": str(output_dir),
-        "per_device_train_batch_size": 8,
-        "num_generations": 2,
-        "max_completion_length": 6,
-        "learning_rate": 1e-2,
-        "max_steps": 3,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "report_to": "none",
-        "use_cpu": True,
-        "gradient_checkpointing": False,
-        "seed": 0,
-    }
-    kwargs.update(overrides)
-    return kwargs
-
-
 def make_trainer(output_dir, model_path, reward=half_constant_reward, dataset=None, **overrides):
-    args = RLVRGRPOConfig(**config_kwargs(output_dir, **{"dynamic_sampling": True, **overrides}))
+    args = RLVRGRPOConfig(**small_grpo_kwargs(output_dir, **{"dynamic_sampling": True, **overrides}))
     return RLVRGRPOTrainer(model=model_path, reward_funcs=reward, args=args, train_dataset=dataset or data())
 
 
@@ -400,7 +381,7 @@ def test_composes_with_self_curation(tiny_model_path, tmp_path):
 )
 def test_config_rejects_inexact_combinations(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
-        RLVRGRPOConfig(**config_kwargs(tmp_path, dynamic_sampling=True, **overrides))
+        RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, dynamic_sampling=True, **overrides))
 
 
 def test_unknown_filter_reward_is_refused(tiny_model_path, tmp_path):
