@@ -195,9 +195,18 @@ class CurationController:
             ) from error
 
     def make_sampler(
-        self, num_rows: int, *, mini_repeat_count: int, batch_size: int, repeat_count: int, shuffle: bool = True
+        self,
+        num_rows: int,
+        *,
+        mini_repeat_count: int,
+        batch_size: int,
+        repeat_count: int,
+        shuffle: bool = True,
+        training: bool = True,
     ) -> CurationSampler:
-        """The training sampler, with `RepeatSampler`'s batch structure; resumes from a loaded checkpoint state."""
+        """A sampler with `RepeatSampler`'s batch structure over the shared statistics. ``training=True``: the training
+        sampler, whose state is checkpointed and resumed; ``False``: another stream of the same kind (e.g. dynamic
+        sampling's extra prompts), which neither takes a pending resumed state nor replaces the training sampler."""
         if num_rows != self.state.num_prompts:
             raise ValueError(
                 f"The training set has {num_rows} rows but curation was set up for {self.state.num_prompts}; do not "
@@ -217,6 +226,8 @@ class CurationController:
             target=settings["target"],
             floor=settings["floor"],
         )
+        if not training:
+            return sampler
         if self._pending_sampler_state is not None:
             sampler.load_state_dict(self._pending_sampler_state)
             self._pending_sampler_state = None

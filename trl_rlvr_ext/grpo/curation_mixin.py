@@ -190,13 +190,17 @@ class CurationMixin(CheckpointStateMixin):
     def _get_train_sampler(self, dataset=None):
         if self._curation is None:
             return super()._get_train_sampler(dataset)
-        dataset = self.train_dataset if dataset is None else dataset
+        return self._curation_make_sampler(self.train_dataset if dataset is None else dataset)
+
+    def _curation_make_sampler(self, dataset, training: bool = True):
+        """A curation sampler with the training batch structure (``training=False``: an extra stream of that kind)."""
         return self._curation.make_sampler(
             len(dataset),
             mini_repeat_count=self.num_generations,
             batch_size=self.args.generation_batch_size // self.num_generations,
             repeat_count=self.num_iterations * self.args.steps_per_generation,
             shuffle=self.shuffle_dataset,
+            training=training,
         )
 
     # ------------------------------------------------------------------ greedy check (SELF)

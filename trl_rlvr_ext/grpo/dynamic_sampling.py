@@ -96,8 +96,8 @@ class DynamicSamplingMixin:
         self._ds_selector = GroupSelector(num_processes, self._ds_groups_per_process, args.dynamic_sampling_max_rounds)
         # The extra prompts come from a sampler of the training sampler's kind: with curation on, its own sampler
         # (SELF skipping / pass-rate weights over the shared statistics), seeded apart from the training order.
-        source = self._get_train_sampler(self.train_dataset)
-        if hasattr(source, "draw_chunk") and hasattr(source, "state_dict"):
+        if getattr(self, "_curation", None) is not None:
+            source = self._curation_make_sampler(self.train_dataset, training=False)
             source.generator.manual_seed(args.dynamic_sampling_seed)
         else:
             source = ShuffledOrder(len(self.train_dataset), args.dynamic_sampling_seed, self.shuffle_dataset)
