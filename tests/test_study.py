@@ -74,3 +74,33 @@ def test_self_study_covers_every_preset_with_its_own_base():
     assert {t.dataset for t in study.tasks.values()} == {"toy:arithmetic", *PRESETS.values()}
     assert list(study.arms) == ["base", "grpo", "self", "pass_rate"]
     assert study.arms["self"].config["curation"] == "self" and not study.arms["base"].train
+
+
+def test_log_column_reduces_the_training_log_by_hand():
+    from trl_rlvr_ext.studies import Column, log_column, train_log_series
+
+    result = {
+        "train_log": [{"step": 1, "x": 0.5}, {"step": 2, "loss": 1.0}, {"step": 3, "x": 2.0}, {"step": 4, "x": 1.0}]
+    }
+    assert train_log_series(result, "x") == [(1, 0.5), (3, 2.0), (4, 1.0)]
+    assert log_column("x", "x").value(result) == (0.5 + 2.0 + 1.0) / 3
+    assert log_column("x", "x", "max").value(result) == 2.0
+    assert log_column("x", "x", "last").value(result) == 1.0
+    assert log_column("y", "y").value(result) is None  # never logged: an empty cell, not a zero
+    assert isinstance(log_column("x", "x"), Column)
+    with pytest.raises(ValueError, match="choose one of"):
+        log_column("x", "x", "median")
+
+
+def test_study_default_sizes_and_the_rerun_flags_follow_the_study():
+    import dataclasses
+
+    from trl_rlvr_ext.studies import QUICK, Study, StudySizes
+    from trl_rlvr_ext.studies.runner import size_flags
+
+    own = StudySizes(max_steps=40, eval_samples=64)
+    study = Study("s", "claim", {}, {}, sizes=own)
+    assert study.default_sizes(False) is own and study.default_sizes(True) is QUICK
+    assert size_flags(study, own, quick=False) == ""
+    assert size_flags(study, dataclasses.replace(own, max_steps=10), quick=False) == " --max_steps 10"
+    assert size_flags(Study("t", "claim", {}, {}), own, quick=False) == " --max_steps 40 --eval_samples 64"

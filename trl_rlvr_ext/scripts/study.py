@@ -33,7 +33,10 @@ def make_parser() -> argparse.ArgumentParser:
     )
     for field in dataclasses.fields(StudySizes):
         parser.add_argument(
-            f"--{field.name}", type=type(field.default), default=None, help=f"Override (default {field.default})."
+            f"--{field.name}",
+            type=type(field.default),
+            default=None,
+            help=f"Override the study's default (the generic default is {field.default}).",
         )
     return parser
 
@@ -43,7 +46,7 @@ def _list(text: str | None) -> list[str] | None:
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    from ..studies import QUICK, StudySizes, get_study, run_study
+    from ..studies import StudySizes, get_study, run_study
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = make_parser().parse_args(argv)
@@ -53,7 +56,8 @@ def cli_main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             f"trl-rlvr-ext study: --seeds must be comma-separated integers, got {args.seeds!r}."
         ) from None
-    reference = QUICK if args.quick else StudySizes()
+    study = get_study(args.name)
+    reference = study.default_sizes(args.quick)
     overrides = {
         f.name: getattr(args, f.name) for f in dataclasses.fields(StudySizes) if getattr(args, f.name) is not None
     }
@@ -61,7 +65,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     out_dir = args.out_dir or f"outputs/studies/{args.name}{'-quick' if args.quick else ''}"
     command = "trl-rlvr-ext study " + shlex.join(argv)
     run_study(
-        get_study(args.name),
+        study,
         out_dir,
         tasks=_list(args.tasks),
         arms=_list(args.arms),

@@ -3,7 +3,18 @@
 `STUDIES` maps a study's name to the function that builds it; `run_study` runs (or resumes) one.
 """
 
-from .runner import QUICK, Arm, Study, StudySizes, StudyTask, run_study, summarize
+from .runner import (
+    QUICK,
+    Arm,
+    Column,
+    Study,
+    StudySizes,
+    StudyTask,
+    log_column,
+    run_study,
+    summarize,
+    train_log_series,
+)
 
 
 def _self_study():
@@ -22,4 +33,17 @@ def get_study(name: str) -> Study:
     return STUDIES[name]()
 
 
-__all__ = ["QUICK", "STUDIES", "Arm", "Study", "StudySizes", "StudyTask", "get_study", "run_study", "summarize"]
+__all__ = [
+    "QUICK",
+    "STUDIES",
+    "Arm",
+    "Column",
+    "Study",
+    "StudySizes",
+    "StudyTask",
+    "get_study",
+    "log_column",
+    "run_study",
+    "summarize",
+    "train_log_series",
+]

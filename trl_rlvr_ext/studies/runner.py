@@ -47,11 +47,16 @@ class StudyTask:
 
 @dataclasses.dataclass
 class Arm:
-    """An arm: ``train=False`` evaluates the base model; else GRPO with ``config`` overriding the study's settings."""
+    """An arm: ``train=False`` evaluates the base model; else GRPO with ``config`` overriding the study's settings.
+
+    ``peft`` (keyword arguments of `peft.LoraConfig`) trains a LoRA adapter instead of every weight; ``config`` then
+    names its initialiser (``lora_init``). A study with its own ``run_one`` reads ``config`` its own way.
+    """
 
     name: str
     train: bool = True
     config: dict = dataclasses.field(default_factory=dict)
+    peft: dict | None = None
 
 
 @dataclasses.dataclass
@@ -89,13 +94,60 @@ QUICK = StudySizes(
 
 
 @dataclasses.dataclass
+class Column:
+    """An extra column of a study's table: ``value(result) -> float | None`` per run, shown as mean ± sd over seeds."""
+
+    header: str
+    value: Callable[[dict], float | None]
+    digits: int = 3
+
+
+def train_log_series(result: dict, key: str) -> list[tuple[int, float]]:
+    """``(step, value)`` of every training log entry of a run that has ``key``."""
+    return [(entry["step"], entry[key]) for entry in result.get("train_log", []) if key in entry]
+
+
+def log_column(header: str, key: str, reduce: str = "mean", digits: int = 3) -> Column:
+    """A column reducing one training metric over the logged steps: ``"mean"``, ``"max"``, ``"min"`` or ``"last"``."""
+    reducers = {"mean": statistics.fmean, "max": max, "min": min, "last": lambda values: values[-1]}
+    if reduce not in reducers:
+        raise ValueError(f"reduce={reduce!r}: choose one of {sorted(reducers)}.")
+
+    def value(result: dict) -> float | None:
+        values = [v for _, v in train_log_series(result, key) if v is not None and not math.isnan(v)]
+        return reducers[reduce](values) if values else None
+
+    return Column(header, value, digits)
+
+
+@dataclasses.dataclass
 class Study:
-    """A named study: the claim it tests, its tasks and its arms."""
+    """A named study: the claim it tests, its tasks and its arms.
+
+    Optional parts, for studies that need more than the GRPO default:
+    - ``columns``: extra table columns (`Column`, `log_column`);
+    - ``curves``: training-log keys plotted over steps per arm (``<task>_training.png``);
+    - ``sizes`` / ``quick_sizes``: the study's own defaults (else `StudySizes()` / `QUICK`);
+    - ``run_one``: runs one (task, arm, seed) instead of `run_one` (same signature; must write the same
+      ``result.json`` keys that the table reads: ``pass_at_k``, ``boundary``, ``train_seconds``, ``wall_seconds``...);
+    - ``plots``: ``plot(task_name, rows, out_dir) -> list of markdown lines`` for study-specific figures.
+    """
 
     name: str
     claim: str
     tasks: dict[str, StudyTask]
     arms: dict[str, Arm]
+    columns: list[Column] = dataclasses.field(default_factory=list)
+    curves: list[str] = dataclasses.field(default_factory=list)
+    sizes: StudySizes | None = None
+    quick_sizes: StudySizes | None = None
+    run_one: Callable | None = None
+    plots: list[Callable] = dataclasses.field(default_factory=list)
+
+    def default_sizes(self, quick: bool) -> StudySizes:
+        if quick:
+            return self.quick_sizes or QUICK
+        return self.sizes or StudySizes()
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -162,8 +214,18 @@ def run_one(
         tokenizer = AutoTokenizer.from_pretrained(base_path)
         probe_rows = splits["test"].select(range(min(sizes.probe_problems, splits["test"].num_rows)))
         probes = [{"prompt": row["prompt"], "completion": task.gold_completion(row)} for row in probe_rows]
+        peft_config = None
+        if arm.peft is not None:
+            from peft import LoraConfig
+
+            peft_config = LoraConfig(**arm.peft)
         trainer = RLVRGRPOTrainer(
-            model=base_path, reward_funcs=reward, args=args, train_dataset=splits["train"], processing_class=tokenizer
+            model=base_path,
+            reward_funcs=reward,
+            args=args,
+            train_dataset=splits["train"],
+            processing_class=tokenizer,
+            peft_config=peft_config,
         )
         probe = BoundaryProbeCallback(probes, trainer=trainer, eval_steps=sizes.probe_every)
         trainer.add_callback(probe)
@@ -202,19 +264,21 @@ def run_one(
         "boundary": [{"step": step, **metrics} for step, metrics in boundary],
         "train_log": log_history,
         "grpo_config": config,
+        "peft": arm.peft,
         "sizes": dataclasses.asdict(sizes),
         "train_seconds": round(train_seconds, 1),
         "wall_seconds": round(time.perf_counter() - start, 1),
         "command": command,
         "rerun_command": f"{command.split(' --')[0]} --out_dir {out_dir} --tasks {task.name} --arms {arm.name} "
-        f"--seeds {seed}" + (" --quick" if quick else "") + _size_flags(sizes, quick),
+        f"--seeds {seed}" + (" --quick" if quick else "") + size_flags(study, sizes, quick),
     }
     _atomic_write(result_path, json.dumps(result, indent=1, default=float))
     return result
 
 
-def _size_flags(sizes: StudySizes, quick: bool) -> str:
-    reference = QUICK if quick else StudySizes()
+def size_flags(study: Study, sizes: StudySizes, quick: bool) -> str:
+    """The ``--<size> <value>`` flags that turn the study's default sizes into ``sizes``."""
+    reference = study.default_sizes(quick)
     changed = [f.name for f in dataclasses.fields(sizes) if getattr(sizes, f.name) != getattr(reference, f.name)]
     return "".join(f" --{name} {getattr(sizes, name)}" for name in changed)
 
@@ -255,15 +319,19 @@ def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
         shown = [k for k in ks if k == 1 or k == ks[-1] or k in (4, 16, 64)]
         lines += [f"## {task_name}", "", f"Dataset `{rows[0]['dataset']}`, reward `{rows[0]['reward']}`.", ""]
         header = ["arm", "seeds", *[f"pass@{k}" for k in shown]]
-        header += ["interference_frac (end)", "winner_take_all (end)", "train s", "wall s"]
+        has_boundary = any(r["boundary"] for r in rows)
+        if has_boundary:
+            header += ["interference_frac (end)", "winner_take_all (end)"]
+        header += [c.header for c in study.columns] + ["train s", "wall s"]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for arm_name in dict.fromkeys(r["arm"] for r in rows):
             runs = [r for r in rows if r["arm"] == arm_name]
             cells = [arm_name, ",".join(str(r["seed"]) for r in runs)]
             cells += [_mean_sd([r["pass_at_k"].get(str(k)) for r in runs]) for k in shown]
-            for key in ("interference_frac", "winner_take_all"):
+            for key in ("interference_frac", "winner_take_all") if has_boundary else ():
                 ends = [r["boundary"][-1].get(f"boundary/{key}") for r in runs if r["boundary"]]
                 cells.append(_mean_sd(ends) if ends else "-")
+            cells += [_mean_sd([c.value(r) for r in runs], c.digits) for c in study.columns]
             cells += [_mean_sd([r[key] for r in runs], digits=0) for key in ("train_seconds", "wall_seconds")]
             lines.append("| " + " | ".join(cells) + " |")
         chance = chance_pass_at_k(rows[0]["dataset"], len(rows[0]["num_correct"]), shown)
@@ -275,8 +343,16 @@ def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
             "The base arm's spread over seeds is the evaluation noise (its seeds differ only in the sampling seed).",
             "",
         ]
-        _plot(task_name, rows, out_dir)
-        lines += [f"![Pass@k]({task_name}_pass_at_k.png)", f"![boundary]({task_name}_boundary.png)", ""]
+        _plot(task_name, rows, out_dir, has_boundary)
+        lines += [f"![Pass@k]({task_name}_pass_at_k.png)"]
+        if has_boundary:
+            lines += [f"![boundary]({task_name}_boundary.png)"]
+        if study.curves:
+            _plot_curves(task_name, rows, study.curves, out_dir)
+            lines += [f"![training curves]({task_name}_training.png)"]
+        for plot in study.plots:
+            lines += plot(task_name, rows, out_dir)
+        lines += [""]
     lines += ["Commands (each run's own rerun command is in its result.json):", ""]
     lines += [f"    {c}" for c in dict.fromkeys(r["command"] for r in results)]
     markdown = "\n".join(lines) + "\n"
@@ -284,7 +360,7 @@ def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
     return markdown
 
 
-def _plot(task_name: str, rows: list[dict], out_dir: Path) -> None:
+def _plot(task_name: str, rows: list[dict], out_dir: Path, has_boundary: bool = True) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -307,6 +383,8 @@ def _plot(task_name: str, rows: list[dict], out_dir: Path) -> None:
     fig.tight_layout()
     fig.savefig(out_dir / f"{task_name}_pass_at_k.png", dpi=120)
     plt.close(fig)
+    if not has_boundary:
+        return
 
     keys = ["mean_logp_correct", "interference_frac", "winner_take_all", "delta_q1", "delta_q5"]
     fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5))
@@ -331,6 +409,36 @@ def _plot(task_name: str, rows: list[dict], out_dir: Path) -> None:
     plt.close(fig)
 
 
+def _plot_curves(task_name: str, rows: list[dict], keys: list[str], out_dir: Path) -> None:
+    """Training-log ``keys`` over steps, one line per arm (mean over seeds), one panel per key."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5), squeeze=False)
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        runs = [r for r in rows if r["arm"] == arm and r.get("train_log")]
+        for ax, key in zip(axes[0], keys):
+            series = [dict(train_log_series(r, key)) for r in runs]
+            steps = sorted(set().union(*series)) if series else []
+            if not steps:
+                continue
+            with warnings.catch_warnings():  # a step some seed did not log is NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                mean = np.nanmean([[s.get(step, np.nan) for step in steps] for s in series], axis=0)
+            ax.plot(steps, mean, marker=".", label=arm)
+    for ax, key in zip(axes[0], keys):
+        ax.set(title=key, xlabel="step")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize="small")
+    fig.suptitle(f"{task_name}: training metrics (mean over seeds)")
+    fig.tight_layout()
+    fig.savefig(out_dir / f"{task_name}_training.png", dpi=100)
+    plt.close(fig)
+
+
 def run_study(
     study: Study,
     out_dir: str | os.PathLike,
@@ -350,7 +458,7 @@ def run_study(
     seeds = [0, 1, 2] if seeds is None else list(seeds)
     if not seeds:
         raise ValueError("No seeds: give at least one.")
-    sizes = sizes or (QUICK if quick else StudySizes())
+    sizes = sizes or study.default_sizes(quick)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -360,7 +468,8 @@ def run_study(
             for arm_name in arms or list(study.arms):
                 done = (out / task_name / arm_name / f"seed{seed}" / "result.json").is_file()
                 log(f"[{study.name}] {task_name} / {arm_name} / seed {seed}: {'done, loading' if done else 'running'}")
-                result = run_one(study, study.tasks[task_name], study.arms[arm_name], seed, out, sizes, quick, command)
+                run = study.run_one or run_one
+                result = run(study, study.tasks[task_name], study.arms[arm_name], seed, out, sizes, quick, command)
                 if not done:
                     log(f"    pass@1 {result['pass_at_k']['1']:.3f}, wall {result['wall_seconds']:.0f} s")
                 results.append(result)
