@@ -85,11 +85,12 @@ def rescued_share(result: dict) -> float | None:
 
 # Sizes: a generation batch of 32 prompts x 8 completions is cut into 8 optimizer steps of 32 completions and replayed
 # twice (num_iterations=2), so the i-th step's importance ratio is that of a policy i - 1 updates away from the one
-# that sampled. 48 steps = 3 generation batches. The learning rate is 6x the self study's (5e-5, where GRPO gained):
-# there stock clipping is on the edge of collapse (number_sorting's training reward 0.50 -> 0.29 after one batch), so
+# that sampled. 49 steps = 3 generation batches of 16 updates, plus one step whose fresh batch logs the training reward
+# of the policy after those 48 updates (the last reward of the collapse rule). The learning rate is 6x the self
+# study's (5e-5, where GRPO gained): there stock clipping is on the edge of collapse (number_sorting's training reward 0.50 -> 0.29 after one batch), so
 # the arms' stability can differ; at 1e-3 every run tried collapsed to a reward near 0 within one batch.
 SIZES = StudySizes(
-    max_steps=48,
+    max_steps=49,
     learning_rate=3e-4,
     num_prompts=32,
     num_generations=8,
