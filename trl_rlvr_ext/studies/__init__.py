@@ -23,7 +23,13 @@ def _self_study():
     return make_study()
 
 
-STUDIES = {"self": _self_study}
+def _nsr_study():
+    from .nsr_study import make_study
+
+    return make_study()
+
+
+STUDIES = {"self": _self_study, "nsr": _nsr_study}
 
 
 def get_study(name: str) -> Study:

@@ -1,0 +1,90 @@
+"""The ``nsr`` study: ``trl-rlvr-ext study nsr --quick`` end to end, and its table columns by hand."""
+
+import json
+import math
+
+import pytest
+
+from trl_rlvr_ext.studies.nsr_study import clipped_share, collapsed, rescued_share
+
+
+def _log(**series):
+    """A result whose training log has ``series[key][i]`` at step ``i + 1`` (``None`` entries are left out)."""
+    steps = max(len(values) for values in series.values())
+    entries = [{"step": i + 1} for i in range(steps)]
+    for key, values in series.items():
+        for entry, value in zip(entries, values):
+            if value is not None:
+                entry[key] = value
+    return {"train_log": entries}
+
+
+def test_collapse_rule_by_hand():
+    # last reward 0.24 < 0.5 * first reward 0.5 = 0.25: collapsed
+    assert collapsed(_log(reward=[0.5, None, 0.3, None, 0.24], entropy=[0.07] * 5)) == 1.0
+    # 0.26 >= 0.25 and entropy 0.05 >= 0.01: not collapsed
+    assert collapsed(_log(reward=[0.5, 0.26], entropy=[0.07, 0.05])) == 0.0
+    # the reward holds but the entropy is gone (0.009 < 0.01): collapsed
+    assert collapsed(_log(reward=[0.5, 0.6], entropy=[0.07, 0.009])) == 1.0
+    # a first reward of 0 cannot halve; NaN and None entries are skipped (the last finite entropy is 0.02)
+    assert collapsed(_log(reward=[0.0, 0.0], entropy=[0.07, 0.02, math.nan])) == 0.0
+    # no training log (an untrained arm): an empty cell, not a zero
+    assert collapsed({"train_log": []}) is None
+
+
+def test_clipped_and_rescued_shares_by_hand():
+    hard = _log(**{"clip_ratio/region_mean": [0.0, 0.02, 0.04], "cispo_clip_ratio": [None, None, None]})
+    assert clipped_share(hard) == pytest.approx(0.02)
+    assert clipped_share(_log(cispo_clip_ratio=[0.1, 0.3])) == pytest.approx(0.2)
+    assert clipped_share(_log(entropy=[1.0])) is None  # sapo: no hard clip logged
+    nsr = _log(**{"clip_recovery/low_frac": [0.01, 0.03], "clip_recovery/high_frac": [0.0, 0.02]})
+    assert rescued_share(nsr) == pytest.approx((0.01 + 0.0 + 0.03 + 0.02) / 2)
+    assert rescued_share(hard) is None
+
+
+def test_study_sizes_reuse_rollouts():
+    from trl_rlvr_ext.studies import get_study
+
+    study = get_study("nsr")
+    assert list(study.arms) == ["none", "nsr", "nsr_expected", "cispo", "sapo"]
+    for sizes in (study.default_sizes(False), study.default_sizes(True)):
+        # the runner uses gradient_accumulation_steps=1: more than one step per generation reuses the rollouts
+        assert sizes.steps_per_generation > 1
+    assert study.default_sizes(False).eval_samples == 64
+
+
+def test_quick_nsr_study_end_to_end(tmp_path):
+    pytest.importorskip("reasoning_gym", reason="needs the [gym] extra (installed by the dev extra)")
+    from trl_rlvr_ext.cli import main
+
+    out = tmp_path / "nsr"
+    assert main(["study", "nsr", "--quick", "--tasks", "chain_sum", "--seeds", "0", "--out_dir", str(out)]) == 0
+    results = {}
+    for arm in ("none", "nsr", "nsr_expected", "cispo", "sapo"):
+        results[arm] = json.loads((out / "chain_sum" / arm / "seed0" / "result.json").read_text())
+        config = results[arm]["grpo_config"]
+        # the rollouts are reused, so the importance ratio is not identically 1 and the clip can bind
+        assert config["steps_per_generation"] > config["gradient_accumulation_steps"] or config["num_iterations"] > 1
+        assert set(results[arm]["pass_at_k"]) == {"1", "2", "4"}
+    keys = {arm: set().union(*(entry for entry in r["train_log"])) for arm, r in results.items()}
+    # the arms really differ: their losses log different metrics
+    assert {"clip_recovery/low_frac", "clip_recovery/high_frac", "clip_ratio/region_mean"} <= keys["nsr"]
+    assert {"clip_recovery/low_frac", "clip_ratio/region_mean"} <= keys["nsr_expected"]
+    assert "clip_ratio/region_mean" in keys["none"] and not any(k.startswith("clip_recovery/") for k in keys["none"])
+    assert "cispo_clip_ratio" in keys["cispo"] and "clip_ratio/region_mean" not in keys["cispo"]
+    assert not {"cispo_clip_ratio", "clip_ratio/region_mean"} & keys["sapo"]
+    assert [results[a]["grpo_config"]["clip_recovery"] for a in ("none", "nsr", "nsr_expected")] == [
+        "none",
+        "nsr",
+        "nsr_expected",
+    ]
+    assert (
+        results["cispo"]["grpo_config"]["loss_type"] == "cispo"
+        and results["sapo"]["grpo_config"]["loss_type"] == "sapo"
+    )
+    table = (out / "results.md").read_text()
+    for header in ("clipped share", "rescued share", "final reward", "final entropy", "max grad_norm", "collapsed"):
+        assert f"| {header} |" in table
+    for arm in results:
+        assert f"| {arm} | 0 |" in table
+    assert (out / "chain_sum_training.png").read_bytes()[:4] == b"\x89PNG"
