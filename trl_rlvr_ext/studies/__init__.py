@@ -23,7 +23,13 @@ def _self_study():
     return make_study()
 
 
-STUDIES = {"self": _self_study}
+def _is_dpo_study():
+    from .is_dpo_study import make_study
+
+    return make_study()
+
+
+STUDIES = {"self": _self_study, "is_dpo": _is_dpo_study}
 
 
 def get_study(name: str) -> Study:
