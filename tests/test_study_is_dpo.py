@@ -12,7 +12,7 @@ from trl_rlvr_ext.studies.is_dpo_study import sampled_kl
 
 pytest.importorskip("reasoning_gym")
 
-ARMS = ("dpo_b0.01", "isdpo_b0.01", "dpo_b0.1", "isdpo_b0.1")
+ARMS = ("base", "dpo_b0.01", "isdpo_b0.01", "dpo_b0.1", "isdpo_b0.1")
 
 
 def test_sampled_kl_hand_computed():
@@ -56,12 +56,16 @@ def test_quick_is_dpo_study_end_to_end_shared_data_then_resume(tmp_path, monkeyp
         assert result["rerun_command"].endswith(f"--tasks number_sorting --arms {arm} --seeds 0 --quick")
         assert result["wall_seconds"] >= result["train_seconds"] >= 0
         assert set(result["pass_at_k"]) == {"1", "2", "4"} and len(result["num_correct"]) == 3
-        assert result["boundary"] == [] and result["preference_data"]["num_pairs"] == meta["num_pairs"]
+        assert result["boundary"] == []
         # the frontier: step 0 (the base) and every step of the quick run
-        assert [entry["step"] for entry in result["frontier"]] == [0, 1, 2]
+        assert [entry["step"] for entry in result["frontier"]] == ([0] if arm == "base" else [0, 1, 2])
         for entry in result["frontier"]:
             assert set(entry) == {"step", "kl", "greedy_acc", "pass1"} and math.isfinite(entry["kl"])
         assert result["frontier"][0]["kl"] == pytest.approx(0.0, abs=1e-4)  # the policy is the reference at step 0
+        if arm == "base":
+            assert result["preference_data"] is None and result["train_log"] == [] and result["train_seconds"] == 0
+            continue
+        assert result["preference_data"]["num_pairs"] == meta["num_pairs"]
         beta = float(arm.split("_b")[1])
         assert result["dpo_config"]["beta"] == beta
         weights = [entry["is/weight_mean"] for entry in result["train_log"] if "is/weight_mean" in entry]
@@ -93,3 +97,25 @@ def test_quick_is_dpo_study_end_to_end_shared_data_then_resume(tmp_path, monkeyp
     assert main(argv) == 0
     assert "building the preference data" not in capsys.readouterr().out and len(builds) == 1
     assert (out / "number_sorting" / "isdpo_b0.1" / "seed0" / "result.json").is_file()
+
+
+def test_is_dpo_tasks_are_the_self_studys_with_the_same_cached_bases(monkeypatch):
+    from trl_rlvr_ext.studies import get_study, gym_bases
+
+    calls = []
+    monkeypatch.setattr(gym_bases, "get_gym_base_model_path", lambda **kwargs: calls.append(kwargs) or "base")
+    is_dpo, self_study = get_study("is_dpo"), get_study("self")
+    assert list(is_dpo.tasks) == ["number_sorting", "chain_sum"]
+    for name, task in is_dpo.tasks.items():
+        twin = self_study.tasks[name]
+        assert (task.dataset, task.reward, task.max_completion_length) == (
+            twin.dataset,
+            twin.reward,
+            twin.max_completion_length,
+        )
+        assert task.base_model(False) == twin.base_model(False) == "base"
+        assert calls[-2] == calls[-1]  # the same warm-start settings, so the same cache entry
+    assert list(is_dpo.arms) == ["base", "dpo_b0.01", "isdpo_b0.01", "dpo_b0.1", "isdpo_b0.1"]
+    for name, arm in is_dpo.arms.items():
+        if name != "base":
+            assert arm.config == {"beta": float(name.split("_b")[1]), "importance_sampling": name.startswith("is")}

@@ -198,7 +198,8 @@ def _frontier_callback_class():
         """Gold (held-out greedy accuracy, sampled pass@1) and KL(π_θ || π_ref) every ``every`` steps and at step 0.
 
         ``history`` holds one dict per measurement: ``step``, ``greedy_acc``, ``pass1`` and ``kl`` (`sampled_kl` on
-        ``num_samples`` samples per held-out prompt, seeded the same at every measurement).
+        ``num_samples`` samples per held-out prompt, seeded the same at every measurement). The policy and reference are
+        the trainer's (``trainer.model``, ``trainer.ref_model``), or given to `measure` (the base arm: no trainer).
         """
 
         def __init__(self, trainer, rows, reward, max_new_tokens: int, every: int, num_samples: int, seed: int):
@@ -211,11 +212,12 @@ def _frontier_callback_class():
             )
             self.history: list[dict] = []
 
-        def measure(self, step: int) -> dict:
+        def measure(self, step: int, model=None, ref_model=None, tokenizer=None) -> dict:
             from ..evaluation.boundary import sequence_logps
             from ..sampling import TransformersBackend, sample_and_grade
 
-            model, tokenizer = self.trainer.model, self.trainer.processing_class
+            if model is None:
+                model, ref_model, tokenizer = self.trainer.model, self.trainer.ref_model, self.trainer.processing_class
             backend = TransformersBackend(model, tokenizer, batch_size=256)
             greedy = sample_and_grade(backend, tokenizer, self.rows, self.reward, self.sampling.as_greedy())
             sampled = sample_and_grade(backend, tokenizer, self.rows, self.reward, self.sampling)
@@ -223,7 +225,7 @@ def _frontier_callback_class():
             completions = [c for per_prompt in sampled.completion_ids for c in per_prompt]
             pad = backend.pad_token_id
             policy = sequence_logps(model, pad, prompts, completions, batch_size=256)
-            ref = sequence_logps(self.trainer.ref_model, pad, prompts, completions, batch_size=256)
+            ref = sequence_logps(ref_model, pad, prompts, completions, batch_size=256)
             entry = {
                 "step": step,
                 "greedy_acc": float(greedy.correct.mean()),
@@ -284,27 +286,36 @@ def run_one(
     result_path = run_dir / "result.json"
     if result_path.is_file():
         return json.loads(result_path.read_text())
+    # The shared data are built (once per task) outside the run's wall time; their build time is in their meta.
+    pairs, data_meta = build_preference_data(task, sizes, quick, out_dir) if arm.train else (None, None)
     start = time.perf_counter()
-    pairs, data_meta = build_preference_data(task, sizes, quick, out_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     splits = load_named_dataset(task.dataset)
     test = splits["test"].select(range(min(sizes.eval_problems, splits["test"].num_rows)))
     probe_rows = [splits["test"][i] for i in range(min(sizes.probe_problems, splits["test"].num_rows))]
     reward = get_reward_func(task.reward)
     base_path = task.base_model(quick)
-    args, config = _dpo_config(run_dir, arm, sizes, seed)
-    if not args.importance_sampling:  # stock DPO sees plain preference data
-        pairs = pairs.remove_columns(list(BEHAVIOR_COLUMNS))
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    trainer = ISDPOTrainer(model=base_path, args=args, train_dataset=pairs, processing_class=tokenizer)
     frontier = _frontier_callback_class()(
-        trainer, probe_rows, reward, task.max_completion_length, sizes.probe_every, FRONTIER_SAMPLES, 2000 + seed
+        None, probe_rows, reward, task.max_completion_length, sizes.probe_every, FRONTIER_SAMPLES, 2000 + seed
     )
-    trainer.add_callback(frontier)
-    t0 = time.perf_counter()
-    trainer.train()
-    train_seconds = time.perf_counter() - t0
-    model = trainer.model
+    config, log_history, train_seconds = None, [], 0.0
+    if arm.train:
+        args, config = _dpo_config(run_dir, arm, sizes, seed)
+        if not args.importance_sampling:  # stock DPO sees plain preference data
+            pairs = pairs.remove_columns(list(BEHAVIOR_COLUMNS))
+        trainer = ISDPOTrainer(model=base_path, args=args, train_dataset=pairs, processing_class=tokenizer)
+        frontier.trainer = trainer
+        trainer.add_callback(frontier)
+        t0 = time.perf_counter()
+        trainer.train()
+        train_seconds = time.perf_counter() - t0
+        model, log_history = trainer.model, trainer.state.log_history
+    else:  # the base model: its gold metrics (the frontier's starting point) and Pass@k
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(base_path)
+        frontier.measure(0, model=model, ref_model=model, tokenizer=tokenizer)
     model.eval()
     evaluation = evaluate_pass_at_k(
         model,
@@ -334,8 +345,8 @@ def run_one(
         "num_samples": int(sizes.eval_samples),
         "boundary": [],
         "frontier": frontier.history,
-        "preference_data": data_meta,
-        "train_log": trainer.state.log_history,
+        "preference_data": data_meta,  # None for the base arm
+        "train_log": log_history,
         "dpo_config": config,
         "sizes": dataclasses.asdict(sizes),
         "train_seconds": round(train_seconds, 1),
@@ -386,7 +397,7 @@ def plot_frontier(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
     fig.tight_layout()
     fig.savefig(out_dir / f"{task_name}_frontier.png", dpi=100)
     plt.close(fig)
-    pairs = {r["preference_data"]["num_pairs"] for r in rows if "preference_data" in r}
+    pairs = {r["preference_data"]["num_pairs"] for r in rows if r.get("preference_data")}
     return [
         f"![gold vs KL]({task_name}_frontier.png)",
         "",
@@ -403,7 +414,7 @@ def make_study() -> Study:
         # "<answer>" + at most "-18" + "</answer>" + EOS = 21 tokens
         "chain_sum": _gym_task("chain_sum", "chain_sum", 24),
     }
-    arms = {}
+    arms = {"base": Arm("base", train=False)}
     for beta in (0.01, 0.1):
         arms[f"dpo_b{beta}"] = Arm(f"dpo_b{beta}", config={"beta": beta, "importance_sampling": False})
         arms[f"isdpo_b{beta}"] = Arm(f"isdpo_b{beta}", config={"beta": beta, "importance_sampling": True})
