@@ -119,3 +119,22 @@ def test_is_dpo_tasks_are_the_self_studys_with_the_same_cached_bases(monkeypatch
     for name, arm in is_dpo.arms.items():
         if name != "base":
             assert arm.config == {"beta": float(name.split("_b")[1]), "importance_sampling": name.startswith("is")}
+
+
+def test_is_dpo_refuses_a_size_it_does_not_use(tmp_path):
+    with pytest.raises(ValueError, match="steps_per_generation=2 means nothing"):
+        main(
+            [
+                "study",
+                "is_dpo",
+                "--quick",
+                "--arms",
+                "dpo_b0.1",
+                "--steps_per_generation",
+                "2",
+                "--seeds",
+                "0",
+                "--out_dir",
+                str(tmp_path),
+            ]
+        )

@@ -286,6 +286,11 @@ def run_one(
     result_path = run_dir / "result.json"
     if result_path.is_file():
         return json.loads(result_path.read_text())
+    if sizes.steps_per_generation != 1:
+        raise ValueError(
+            f"steps_per_generation={sizes.steps_per_generation} means nothing to the is_dpo study (offline pairs, no "
+            "generation during training); leave it at 1. The batch is num_prompts pairs per step."
+        )
     # The shared data are built (once per task) outside the run's wall time; their build time is in their meta.
     pairs, data_meta = build_preference_data(task, sizes, quick, out_dir) if arm.train else (None, None)
     start = time.perf_counter()
