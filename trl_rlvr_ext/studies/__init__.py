@@ -1,6 +1,6 @@
 """Studies: arms x seeds on tasks, evaluated by Pass@k, written up as a table and plots (``trl-rlvr-ext study``).
 
-`STUDIES` maps a study's name to the function that builds it; `run_study` runs (or resumes) one.
+`STUDIES` maps a study's name to the module that builds it; `run_study` runs (or resumes) one.
 """
 
 from .runner import (
@@ -17,26 +17,23 @@ from .runner import (
 )
 
 
-def _self_study():
-    from .self_study import make_study
-
-    return make_study()
-
-
-def _nsr_study():
-    from .nsr_study import make_study
-
-    return make_study()
-
-
-STUDIES = {"self": _self_study, "nsr": _nsr_study}
+# name -> the module (of this package) whose ``make_study()`` builds it; imported only when the study is asked for, so
+# that ``trl-rlvr-ext study --help`` stays light.
+STUDIES = {
+    "self": "self_study",
+    "nsr": "nsr_study",
+    "is_dpo": "is_dpo_study",
+    "lora_init": "lora_init_study",
+}
 
 
 def get_study(name: str) -> Study:
     """The study called ``name`` (one of `STUDIES`)."""
     if name not in STUDIES:
         raise ValueError(f"Unknown study {name!r}. Choose one of {sorted(STUDIES)}.")
-    return STUDIES[name]()
+    import importlib
+
+    return importlib.import_module(f".{STUDIES[name]}", __name__).make_study()
 
 
 __all__ = [
