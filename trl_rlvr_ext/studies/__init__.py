@@ -23,7 +23,13 @@ def _self_study():
     return make_study()
 
 
-STUDIES = {"self": _self_study}
+def _lora_init_study():
+    from .lora_init_study import make_study
+
+    return make_study()
+
+
+STUDIES = {"self": _self_study, "lora_init": _lora_init_study}
 
 
 def get_study(name: str) -> Study:
