@@ -41,7 +41,7 @@ def test_quick_study_end_to_end(tmp_path):
     assert [e["step"] for e in runs["rlpo@5e-4"]["train_log"] if "grad_norm" in e] == [1, 2]
 
     table = (out / "results.md").read_text()
-    for header in ("max grad_norm", "grad-norm spikes (>5x median)", "final reward (last 10)", "collapsed"):
+    for header in ("max grad_norm", "grad-norm spikes (>5x median)", "final reward (last 10 logs)", "collapsed"):
         assert header in table
     assert "| rlpo@5e-4 | 0 |" in table and "### Learning-rate sweep" in table
     assert "| rlpo | **5e-4** |" in table and "| full | **5e-5** |" in table  # one rate each: chosen
@@ -81,7 +81,8 @@ def test_the_arm_applies_its_init(tiny_model_path, tmp_path, method):
     )
     lora_a = [m.weight for name, m in trainer.model.named_modules() if name.endswith("lora_A.default")]
     lora_b = [m.weight for name, m in trainer.model.named_modules() if name.endswith("lora_B.default")]
-    assert len(lora_a) == len(lora_b) == 4 * 7  # every linear layer of the 4 decoder layers
+    linears = [n for n, m in _tiny_model(tiny_model_path).named_modules() if isinstance(m, torch.nn.Linear)]
+    assert len(lora_a) == len(lora_b) == len(linears) - 1  # every linear layer but the LM head
     assert all(torch.count_nonzero(b) == 0 for b in lora_b)
     orthonormal = [torch.allclose(a @ a.T, torch.eye(a.shape[0]), atol=1e-5) for a in lora_a]
     assert all(orthonormal) if method == "rlpo" else not any(orthonormal)
@@ -131,18 +132,23 @@ def _log(rewards=None, norms=None):
 
 
 def test_columns_by_hand():
-    from trl_rlvr_ext.studies.lora_init_study import collapsed, final_reward, grad_norm_spikes
+    from trl_rlvr_ext.studies.lora_init_study import collapsed, final_reward, grad_norm_spikes, reward_change
 
     # median 1.0: 5.0 is not above 5x the median, 5.5 and 50 are
     assert grad_norm_spikes(_log(norms=[1.0, 1.0, 0.5, 5.0, 5.5, 50.0, 1.0])) == 2.0
     assert grad_norm_spikes(_log()) is None
-    # 20 steps: first 10 average 0.5, last 10 average 0.2 < 0.25: collapsed
-    falling = [0.5] * 10 + [0.2] * 10
+    # starts at 0.5, the last 10 logs average 0.2 < 0.25: collapsed (the early dip to 0.1 does not count)
+    falling = [0.5, 0.1] + [0.4] * 8 + [0.2] * 10
     assert final_reward(_log(falling)) == pytest.approx(0.2) and collapsed(_log(falling)) == 1.0
-    holding = [0.5] * 10 + [0.3] * 10
-    assert collapsed(_log(holding)) == 0.0
+    assert reward_change(_log(falling)) == pytest.approx(-0.3)
+    # a fall within the first two logs is still a collapse against the start
+    assert collapsed(_log([0.5] + [0.2] * 19)) == 1.0
+    holding = [0.5] + [0.3] * 19
+    assert collapsed(_log(holding)) == 0.0 and reward_change(_log(holding)) == pytest.approx(-0.2)
     assert collapsed(_log([0.0] * 20)) == 0.0  # nothing to lose
-    assert collapsed(_log()) is None and final_reward(_log()) is None
+    assert collapsed(_log()) is None and final_reward(_log()) is None and reward_change(_log()) is None
+    # fewer logs than the window (a short run): the final reward is the mean of them all
+    assert final_reward(_log([1.0, 0.0, 0.5])) == 0.5 and reward_change(_log([1.0, 0.0, 0.5])) == -0.5
 
 
 def test_every_method_has_its_sweep():

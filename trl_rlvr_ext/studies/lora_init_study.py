@@ -21,9 +21,13 @@ phases, and the runner's resume makes the second reuse the first's runs:
 Extra columns (from the per-step training log; every arm logs every step):
 - ``max grad_norm``: the largest pre-clipping gradient norm of the run (TRL clips at ``max_grad_norm`` = 1.0);
 - ``grad-norm spikes``: the number of steps whose gradient norm exceeds `SPIKE_FACTOR` (5) times the run's median;
-- ``final reward``: the mean training reward of the last `REWARD_WINDOW` (10) steps;
-- ``collapsed``: 1 if that final reward is below half the mean reward of the first 10 steps (the reward fell and did
-  not come back), else 0; its mean over seeds is the share of seeds that collapsed;
+- ``final reward``: the mean of the last `REWARD_WINDOW` (10) logged training rewards (a reward is logged at each
+  generation, i.e. every ``steps_per_generation`` = 2 steps: the last 20 of 60 steps);
+- ``reward change``: that final reward minus the first logged reward (the reward of the starting model's own
+  rollouts, generated before any update);
+- ``collapsed``: 1 if the final reward is below `COLLAPSE_FRACTION` (half) of that starting reward (the reward fell
+  and did not come back), else 0; its mean over seeds is the share of seeds that collapsed. (Against the start, not
+  against the first 10 logs: at too high a rate the reward can halve within two updates.)
 - ``trainable params``: parameters with ``requires_grad`` (the adapter for LoRA arms, every weight for ``full``).
 
 Task: reasoning-gym ``number_sorting`` from the same cached warm-started base as the ``self`` study (``chain_sum`` is
@@ -48,7 +52,11 @@ CLAIM = (
 )
 LORA_METHODS = ("lora", "rlpo", "rlmo", "pissa", "milora")
 METHODS = (*LORA_METHODS, "full")
-# Rates as written in the arm names; calibrated on number_sorting (see the study's page for the tries).
+# Rates as written in the arm names. Calibrated on number_sorting, seed 0, 60 steps (training reward of the first
+# generation -> mean of the last 10 logged; pass@1 on 50 held-out problems x 16 samples, base: 0.42 on 100 x 64):
+# lora@1.5e-3 0.48 -> ~0.52 (mild gain); lora@5e-3 0.50 -> 0.31, pass@1 0.36 (too high: the reward falls);
+# full@5e-4 0.50 -> 0.24 within two updates, pass@1 0.23 (collapse); full@1.5e-4 0.50 -> 0.53, pass@1 0.53.
+# So each grid brackets a working rate with one that is too high, at a factor ~3 between rates.
 LORA_RATES = ("5e-4", "1.5e-3", "5e-3")
 FULL_RATES = ("5e-5", "1.5e-4", "5e-4")
 LORA_R = 8
@@ -138,18 +146,24 @@ def _rewards(result: dict) -> list[float]:
 
 
 def final_reward(result: dict) -> float | None:
-    """Mean training reward over the last `REWARD_WINDOW` logged steps."""
+    """Mean of the last `REWARD_WINDOW` logged training rewards."""
     rewards = _rewards(result)
     return statistics.fmean(rewards[-REWARD_WINDOW:]) if rewards else None
 
 
 def collapsed(result: dict) -> float | None:
-    """1.0 if the final reward is below `COLLAPSE_FRACTION` of the mean reward of the first `REWARD_WINDOW` steps."""
+    """1.0 if the final reward is below `COLLAPSE_FRACTION` of the first logged reward (the starting model's rollouts;
+    0.0 when that is zero: nothing to lose)."""
     rewards = _rewards(result)
     if not rewards:
         return None
-    start = statistics.fmean(rewards[:REWARD_WINDOW])
-    return float(start > 0 and final_reward(result) < COLLAPSE_FRACTION * start)
+    return float(rewards[0] > 0 and final_reward(result) < COLLAPSE_FRACTION * rewards[0])
+
+
+def reward_change(result: dict) -> float | None:
+    """The final reward minus the first logged reward (the starting model's rollouts; negative: the reward fell)."""
+    rewards = _rewards(result)
+    return final_reward(result) - rewards[0] if rewards else None
 
 
 def grad_norm_spikes(result: dict) -> float | None:
@@ -168,7 +182,8 @@ def trainable_parameters(result: dict) -> float | None:
 COLUMNS = [
     log_column("max grad_norm", "grad_norm", "max", digits=2),
     Column(f"grad-norm spikes (>{SPIKE_FACTOR:g}x median)", grad_norm_spikes, digits=1),
-    Column(f"final reward (last {REWARD_WINDOW})", final_reward),
+    Column(f"final reward (last {REWARD_WINDOW} logs)", final_reward),
+    Column("reward change", reward_change),
     Column("collapsed", collapsed, digits=2),
     Column("trainable params", trainable_parameters, digits=0),
 ]
