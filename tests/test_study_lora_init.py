@@ -45,7 +45,7 @@ def test_quick_study_end_to_end(tmp_path):
         assert header in table
     assert "| rlpo@5e-4 | 0 |" in table and "### Learning-rate sweep" in table
     assert "| rlpo | **5e-4** |" in table and "| full | **5e-5** |" in table  # one rate each: chosen
-    phase2 = "--seeds 0,1,2 --arms base,lora@5e-4,rlpo@5e-4,full@5e-5"
+    phase2 = f"--seeds 0,1,2 --arms base,lora@5e-4,rlpo@5e-4,full@5e-5 --out_dir {out} --quick\n"
     assert phase2 in table
     assert chosen_arms(out, "number_sorting") == QUICK_ARMS
     assert (out / "number_sorting_training.png").read_bytes()[:4] == b"\x89PNG"

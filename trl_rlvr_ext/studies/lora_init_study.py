@@ -40,7 +40,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from .runner import Arm, Column, Study, StudySizes, log_column, train_log_series
+from .runner import Arm, Column, Study, StudySizes, log_column, size_flags, train_log_series
 from .self_study import make_study as make_self_study
 
 
@@ -207,8 +207,8 @@ def rate_tables(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
         "",
         "### Learning-rate sweep (seed 0; chosen rate = highest pass@1, a tie goes to the lower rate; **bold**)",
         "",
-        "| method | rate | pass@1 | max grad_norm | grad-norm spikes | final reward | collapsed | seeds run |",
-        "|---|---|---|---|---|---|---|---|",
+        "| method | rate | pass@1 | max grad_norm | grad-norm spikes | final reward | reward change | collapsed | seeds run |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for method in METHODS:
         for rate in rates_of(method):
@@ -225,19 +225,27 @@ def rate_tables(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
                 _mean_sd([COLUMNS[0].value(r)], 2),
                 _mean_sd([grad_norm_spikes(r)], 0),
                 _mean_sd([final_reward(r)]),
+                _mean_sd([reward_change(r)]),
                 _mean_sd([collapsed(r)], 0),
                 ",".join(map(str, seeds)),
             ]
             lines.append("| " + " | ".join(cells) + " |")
     if chosen:
         arms = ",".join(["base", *(arm_name(m, rate) for m, rate in chosen.items())])
+        # the same sizes as the sweep, so that seed 0 is reused and the seeds are comparable
+        quick = rows[0]["quick"]
+        flags = (" --quick" if quick else "") + size_flags(_STUDY_SIZES, StudySizes(**rows[0]["sizes"]), quick)
         lines += [
             "",
             "Phase 2 (each method at its chosen rate, 3 seeds; seed 0 is reused):",
             "",
-            f"    trl-rlvr-ext study lora_init --tasks {task_name} --seeds 0,1,2 --arms {arms} --out_dir {out_dir}",
+            f"    trl-rlvr-ext study lora_init --tasks {task_name} --seeds 0,1,2 --arms {arms} --out_dir {out_dir}{flags}",
         ]
     return lines + [""]
+
+
+# only the sizes matter to size_flags
+_STUDY_SIZES = Study("lora_init", CLAIM, {}, {}, sizes=SIZES)
 
 
 def make_study() -> Study:
