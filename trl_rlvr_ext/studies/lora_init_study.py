@@ -5,7 +5,7 @@ Methods: ``lora`` (PEFT's default init: A Kaiming-uniform, B = 0), ``rlpo``, ``r
 through `RLVRGRPOConfig.lora_init`) and ``full`` (every weight trained, no adapter). Every LoRA method uses the same
 adapter: rank `LORA_R` = 8, `LORA_ALPHA` = 16 (γ = α/r = 2, the paper's ratio), on every linear layer of the
 decoder (``target_modules="all-linear"``: q/k/v/o and the MLP's gate/up/down; PEFT leaves the LM head out), no
-dropout: 65,536 trainable parameters against the model's 661,888.
+dropout: 65,536 trainable parameters against the model's 658,304.
 
 Each method runs over a learning-rate sweep, one arm per rate, named ``<method>@<rate>`` (e.g. ``rlpo@1.5e-3``):
 `LORA_RATES` for the five LoRA methods (one grid for all, so no init gets a grid of its own), `FULL_RATES` for full
