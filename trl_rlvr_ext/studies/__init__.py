@@ -23,6 +23,7 @@ STUDIES = {
     "self": "self_study",
     "nsr": "nsr_study",
     "is_dpo": "is_dpo_study",
+    "lora_init": "lora_init_study",
 }
 
 

@@ -205,6 +205,7 @@ def run_one(
     base_path = task.base_model(quick)
     model, tokenizer, boundary, log_history, config = base_path, None, [], [], None
     train_seconds = 0.0
+    parameters, lora_init = None, None
     if arm.train:
         from transformers import AutoTokenizer
 
@@ -227,6 +228,16 @@ def run_one(
             processing_class=tokenizer,
             peft_config=peft_config,
         )
+        # what the arm trains: every weight, or only an adapter (and how that adapter was initialised)
+        parameters = {
+            "trainable": sum(p.numel() for p in trainer.model.parameters() if p.requires_grad),
+            "total": sum(p.numel() for p in trainer.model.parameters()),
+        }
+        if arm.peft is not None:
+            from ..lora_init import get_lora_init_info
+
+            info = get_lora_init_info(trainer.model)
+            lora_init = info.to_dict() if info is not None else None
         probe = BoundaryProbeCallback(probes, trainer=trainer, eval_steps=sizes.probe_every)
         trainer.add_callback(probe)
         t0 = time.perf_counter()
@@ -265,6 +276,8 @@ def run_one(
         "train_log": log_history,
         "grpo_config": config,
         "peft": arm.peft,
+        "parameters": parameters,
+        "lora_init": lora_init,
         "sizes": dataclasses.asdict(sizes),
         "train_seconds": round(train_seconds, 1),
         "wall_seconds": round(time.perf_counter() - start, 1),

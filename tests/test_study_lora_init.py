@@ -1,0 +1,167 @@
+"""The ``lora_init`` study: ``trl-rlvr-ext study lora_init --quick`` end to end, the rate choice, the extra columns."""
+
+import json
+
+import pytest
+import torch
+
+from trl_rlvr_ext.cli import main
+
+
+QUICK_ARMS = ["base", "lora@5e-4", "rlpo@5e-4", "full@5e-5"]
+
+
+def test_quick_study_end_to_end(tmp_path):
+    from trl_rlvr_ext.studies.lora_init_study import LORA_R, chosen_arms
+
+    out = tmp_path / "study"
+    argv = ["study", "lora_init", "--quick", "--tasks", "number_sorting", "--seeds", "0", "--arms"]
+    argv += [",".join(QUICK_ARMS), "--out_dir", str(out)]
+    assert main(argv) == 0
+    runs = {
+        arm: json.loads((out / "number_sorting" / arm / "seed0" / "result.json").read_text()) for arm in QUICK_ARMS
+    }
+    assert runs["base"]["parameters"] is None and runs["base"]["lora_init"] is None
+
+    # full fine-tuning trains every weight; a LoRA arm exactly the rank-r adapter of every decoder linear layer
+    full = runs["full@5e-5"]["parameters"]
+    assert full["trainable"] == full["total"] and runs["full@5e-5"]["peft"] is None
+    model = _tiny_model(runs["full@5e-5"]["base_model"])
+    linears = [m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and "lm_head" not in name]
+    adapter = sum(LORA_R * (m.in_features + m.out_features) for m in linears)
+    for arm in ("lora@5e-4", "rlpo@5e-4"):
+        parameters = runs[arm]["parameters"]
+        assert parameters["trainable"] == adapter < full["trainable"]
+        assert parameters["total"] == full["total"] + adapter
+    # the init that ran is recorded: rlpo for the rlpo arm, none of ours (PEFT's default) for default LoRA
+    assert runs["rlpo@5e-4"]["lora_init"]["method"] == "rlpo" and runs["lora@5e-4"]["lora_init"] is None
+    assert runs["rlpo@5e-4"]["grpo_config"]["learning_rate"] == 5e-4
+    assert runs["full@5e-5"]["grpo_config"]["learning_rate"] == 5e-5
+    # every step is logged (the spike count and the collapse indicator need them)
+    assert [e["step"] for e in runs["rlpo@5e-4"]["train_log"] if "grad_norm" in e] == [1, 2]
+
+    table = (out / "results.md").read_text()
+    for header in ("max grad_norm", "grad-norm spikes (>5x median)", "final reward (last 10 logs)", "collapsed"):
+        assert header in table
+    assert "| rlpo@5e-4 | 0 |" in table and "### Learning-rate sweep" in table
+    assert "| rlpo | **5e-4** |" in table and "| full | **5e-5** |" in table  # one rate each: chosen
+    phase2 = f"--seeds 0,1,2 --arms base,lora@5e-4,rlpo@5e-4,full@5e-5 --out_dir {out} --quick\n"
+    assert phase2 in table
+    assert chosen_arms(out, "number_sorting") == QUICK_ARMS
+    assert (out / "number_sorting_training.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _tiny_model(path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path)
+
+
+@pytest.mark.parametrize("method", ["rlpo", "lora"])
+def test_the_arm_applies_its_init(tiny_model_path, tmp_path, method):
+    """The study's arm, built into the trainer the way the runner builds it: rlpo's A has orthonormal rows (and B = 0);
+    PEFT's default A (Kaiming-uniform) does not."""
+    from peft import LoraConfig
+    from transformers import AutoTokenizer
+
+    from trl_rlvr_ext.grpo.grpo_trainer import RLVRGRPOTrainer
+    from trl_rlvr_ext.studies import QUICK, get_study
+    from trl_rlvr_ext.studies.runner import _grpo_config
+
+    study = get_study("lora_init")
+    task, arm = study.tasks["number_sorting"], study.arms[f"{method}@5e-4"]
+    args, _ = _grpo_config(tmp_path, task, arm, QUICK, seed=0)
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path,
+        reward_funcs=lambda completions, **kwargs: [0.0] * len(completions),
+        args=args,
+        train_dataset=_dataset(),
+        processing_class=AutoTokenizer.from_pretrained(tiny_model_path),
+        peft_config=LoraConfig(**arm.peft),
+    )
+    lora_a = [m.weight for name, m in trainer.model.named_modules() if name.endswith("lora_A.default")]
+    lora_b = [m.weight for name, m in trainer.model.named_modules() if name.endswith("lora_B.default")]
+    linears = [n for n, m in _tiny_model(tiny_model_path).named_modules() if isinstance(m, torch.nn.Linear)]
+    assert len(lora_a) == len(lora_b) == len(linears) - 1  # every linear layer but the LM head
+    assert all(torch.count_nonzero(b) == 0 for b in lora_b)
+    orthonormal = [torch.allclose(a @ a.T, torch.eye(a.shape[0]), atol=1e-5) for a in lora_a]
+    assert all(orthonormal) if method == "rlpo" else not any(orthonormal)
+
+
+def _dataset():
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": ["1 2 3"] * 4})
+
+
+def _result(arm, seed, pass_at_1):
+    return {"arm": arm, "seed": seed, "pass_at_k": {"1": pass_at_1}}
+
+
+def test_choose_rates_by_hand():
+    from trl_rlvr_ext.studies.lora_init_study import choose_rates
+
+    results = [
+        _result("base", 0, 0.9),  # not a sweep arm
+        _result("lora@5e-4", 0, 0.40),
+        _result("lora@1.5e-3", 0, 0.45),  # best
+        _result("lora@5e-3", 0, 0.10),
+        _result("lora@5e-3", 1, 0.99),  # another seed: not part of the choice
+        _result("rlpo@5e-3", 0, 0.50),
+        _result("rlpo@1.5e-3", 0, 0.50),  # tie with 5e-3: the lower rate
+        _result("full@5e-4", 0, 0.30),
+        _result("full@5e-5", 0, 0.30),  # tie: the lower rate, whatever the order
+    ]
+    chosen = choose_rates(results)
+    assert chosen == {"lora": "1.5e-3", "rlpo": "1.5e-3", "full": "5e-5"}
+    assert list(chosen) == ["lora", "rlpo", "full"]  # the study's method order
+    assert choose_rates(results, seed=1) == {"lora": "5e-3"}
+
+
+def test_chosen_arms_needs_phase_one(tmp_path):
+    from trl_rlvr_ext.studies.lora_init_study import chosen_arms
+
+    with pytest.raises(ValueError, match="run phase 1 first"):
+        chosen_arms(tmp_path, "number_sorting")
+
+
+def _log(rewards=None, norms=None):
+    log = [{"step": i + 1, "reward": r} for i, r in enumerate(rewards or [])]
+    log += [{"step": i + 1, "grad_norm": g} for i, g in enumerate(norms or [])]
+    return {"train_log": log}
+
+
+def test_columns_by_hand():
+    from trl_rlvr_ext.studies.lora_init_study import collapsed, final_reward, grad_norm_spikes, reward_change
+
+    # median 1.0: 5.0 is not above 5x the median, 5.5 and 50 are
+    assert grad_norm_spikes(_log(norms=[1.0, 1.0, 0.5, 5.0, 5.5, 50.0, 1.0])) == 2.0
+    assert grad_norm_spikes(_log()) is None
+    # starts at 0.5, the last 10 logs average 0.2 < 0.25: collapsed (the early dip to 0.1 does not count)
+    falling = [0.5, 0.1] + [0.4] * 8 + [0.2] * 10
+    assert final_reward(_log(falling)) == pytest.approx(0.2) and collapsed(_log(falling)) == 1.0
+    assert reward_change(_log(falling)) == pytest.approx(-0.3)
+    # a fall within the first two logs is still a collapse against the start
+    assert collapsed(_log([0.5] + [0.2] * 19)) == 1.0
+    holding = [0.5] + [0.3] * 19
+    assert collapsed(_log(holding)) == 0.0 and reward_change(_log(holding)) == pytest.approx(-0.2)
+    assert collapsed(_log([0.0] * 20)) == 0.0  # nothing to lose
+    assert collapsed(_log()) is None and final_reward(_log()) is None and reward_change(_log()) is None
+    # fewer logs than the window (a short run): the final reward is the mean of them all
+    assert final_reward(_log([1.0, 0.0, 0.5])) == 0.5 and reward_change(_log([1.0, 0.0, 0.5])) == -0.5
+
+
+def test_every_method_has_its_sweep():
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.lora_init_study import FULL_RATES, LORA_RATES, LORA_SETTINGS
+
+    study = get_study("lora_init")
+    assert len(study.arms) == 1 + 6 * 3
+    for method in ("lora", "rlpo", "rlmo", "pissa", "milora"):
+        for rate in LORA_RATES:
+            arm = study.arms[f"{method}@{rate}"]
+            assert arm.peft == LORA_SETTINGS and arm.config["learning_rate"] == float(rate)
+            assert arm.config.get("lora_init") == (None if method == "lora" else method)
+    for rate in FULL_RATES:
+        assert study.arms[f"full@{rate}"].peft is None
+    assert max(map(float, FULL_RATES)) <= min(map(float, LORA_RATES))

@@ -1,0 +1,282 @@
+"""The ``lora_init`` study: LoRA initialisers in GRPO (https://huggingface.co/papers/2606.31813) against default LoRA
+and full fine-tuning, each at its own tuned learning rate.
+
+Methods: ``lora`` (PEFT's default init: A Kaiming-uniform, B = 0), ``rlpo``, ``rlmo``, ``pissa``, ``milora`` (set
+through `RLVRGRPOConfig.lora_init`) and ``full`` (every weight trained, no adapter). Every LoRA method uses the same
+adapter: rank `LORA_R` = 8, `LORA_ALPHA` = 16 (γ = α/r = 2, the paper's ratio), on every linear layer of the
+decoder (``target_modules="all-linear"``: q/k/v/o and the MLP's gate/up/down; PEFT leaves the LM head out), no
+dropout: 65,536 trainable parameters against the model's 658,304.
+
+Each method runs over a learning-rate sweep, one arm per rate, named ``<method>@<rate>`` (e.g. ``rlpo@1.5e-3``):
+`LORA_RATES` for the five LoRA methods (one grid for all, so no init gets a grid of its own), `FULL_RATES` for full
+fine-tuning (a full update moves every weight, so its useful rates are about ten times lower). The procedure has two
+phases, and the runner's resume makes the second reuse the first's runs:
+
+1. the sweep, seed 0 only: ``trl-rlvr-ext study lora_init --tasks number_sorting --seeds 0``;
+2. each method's chosen rate (`choose_rates`: the highest held-out pass@1 of seed 0; a tie goes to the lower rate)
+   with seeds 0, 1 and 2: ``--seeds 0,1,2 --arms $(python -m trl_rlvr_ext.studies.lora_init_study)``, which prints
+   the base arm and the chosen arms. ``results.md`` then has the 3-seed table at the chosen rates, followed by the
+   whole sweep (read from every seed-0 run on disk) with the chosen rates marked, and the phase-2 command.
+
+Extra columns (from the per-step training log; every arm logs every step):
+- ``max grad_norm``: the largest pre-clipping gradient norm of the run (TRL clips at ``max_grad_norm`` = 1.0);
+- ``grad-norm spikes``: the number of steps whose gradient norm exceeds `SPIKE_FACTOR` (5) times the run's median;
+- ``final reward``: the mean of the last `REWARD_WINDOW` (10) logged training rewards (a reward is logged at each
+  generation, i.e. every ``steps_per_generation`` = 2 steps: the last 20 of 60 steps);
+- ``reward change``: that final reward minus the first logged reward (the reward of the starting model's own
+  rollouts, generated before any update);
+- ``collapsed``: 1 if the final reward is below `COLLAPSE_FRACTION` (half) of that starting reward (the reward fell
+  and did not come back), else 0; its mean over seeds is the share of seeds that collapsed. (Against the start, not
+  against the first 10 logs: at too high a rate the reward can halve within two updates.)
+- ``trainable params``: parameters with ``requires_grad`` (the adapter for LoRA arms, every weight for ``full``).
+
+Task: reasoning-gym ``number_sorting`` from the same cached warm-started base as the ``self`` study (``chain_sum`` is
+there too, for a second task when time allows). With ``quick``, the randomly initialised tiny model (a smoke run).
+"""
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+from .runner import Arm, Column, Study, StudySizes, log_column, size_flags, train_log_series
+from .self_study import make_study as make_self_study
+
+
+CLAIM = (
+    "RLPO and RLMO (arXiv 2606.31813) claim +2.6 and +1.4 accuracy over default LoRA in RLVR, because an orthonormal "
+    "A (B = 0) keeps updates inside RLVR's implicit KL budget, while PiSSA/MiLoRA's singular-value scaling amplifies "
+    "gradients and trains unstably. Every method runs at its own best learning rate from a sweep (seed 0), then with "
+    "3 seeds at that rate. Evaluation: unbiased Pass@k on held-out problems, samples at temperature 1."
+)
+LORA_METHODS = ("lora", "rlpo", "rlmo", "pissa", "milora")
+METHODS = (*LORA_METHODS, "full")
+# Rates as written in the arm names. Calibrated on number_sorting, seed 0, 60 steps (training reward of the first
+# generation -> mean of the last 10 logged; pass@1 on 50 held-out problems x 16 samples, base: 0.42 on 100 x 64):
+# lora@1.5e-3 0.48 -> ~0.52 (mild gain); lora@5e-3 0.50 -> 0.31, pass@1 0.36 (too high: the reward falls);
+# full@5e-4 0.50 -> 0.24 within two updates, pass@1 0.23 (collapse); full@1.5e-4 0.50 -> 0.53, pass@1 0.53.
+# So each grid brackets a working rate with one that is too high, at a factor ~3 between rates.
+LORA_RATES = ("5e-4", "1.5e-3", "5e-3")
+FULL_RATES = ("5e-5", "1.5e-4", "5e-4")
+LORA_R = 8
+LORA_ALPHA = 16
+LORA_SETTINGS = {"r": LORA_R, "lora_alpha": LORA_ALPHA, "lora_dropout": 0.0, "target_modules": "all-linear"}
+SPIKE_FACTOR = 5.0
+REWARD_WINDOW = 10
+COLLAPSE_FRACTION = 0.5
+TASKS = ("number_sorting", "chain_sum")
+
+# about one CPU-minute per (task, arm, seed) on the 0.66 M-parameter base
+SIZES = StudySizes(
+    max_steps=60,
+    num_prompts=32,
+    num_generations=8,
+    steps_per_generation=2,
+    eval_problems=100,
+    eval_samples=64,
+    probe_problems=100,
+    probe_every=20,
+)
+
+
+def rates_of(method: str) -> tuple[str, ...]:
+    """The learning rates (as written in the arm names) swept for ``method``."""
+    if method not in METHODS:
+        raise ValueError(f"Unknown method {method!r}: choose one of {list(METHODS)}.")
+    return FULL_RATES if method == "full" else LORA_RATES
+
+
+def arm_name(method: str, rate: str) -> str:
+    return f"{method}@{rate}"
+
+
+def split_arm_name(name: str) -> tuple[str, str] | None:
+    """``(method, rate)`` of a sweep arm name, ``None`` for any other arm (the base)."""
+    method, sep, rate = name.partition("@")
+    return (method, rate) if sep and method in METHODS else None
+
+
+def make_arm(method: str, rate: str) -> Arm:
+    # logging_steps=1: the spike count and the collapse indicator need every step's grad norm and reward
+    config = {"learning_rate": float(rate), "logging_steps": 1}
+    if method == "full":
+        return Arm(arm_name(method, rate), config=config)
+    if method != "lora":  # "lora": PEFT's default init (lora_init unset)
+        config |= {"lora_init": method, "lora_init_kwargs": {"show_progress": False}}
+    return Arm(arm_name(method, rate), config=config, peft=dict(LORA_SETTINGS))
+
+
+def choose_rates(results: list[dict], seed: int = 0) -> dict[str, str]:
+    """Each method's chosen rate: the highest held-out pass@1 of ``seed`` over its swept rates; a tie goes to the lower
+    rate (the smaller change to the base). Methods without any run of ``seed`` are left out."""
+    scores: dict[str, list[tuple[float, str]]] = {}
+    for result in results:
+        parsed = split_arm_name(result["arm"])
+        if parsed is None or result["seed"] != seed:
+            continue
+        method, rate = parsed
+        scores.setdefault(method, []).append((result["pass_at_k"]["1"], rate))
+    # max over (pass@1, -rate): the best pass@1, then the lowest rate
+    return {
+        method: max(runs, key=lambda run: (run[0], -float(run[1])))[1]
+        for method, runs in sorted(scores.items(), key=lambda item: METHODS.index(item[0]))
+    }
+
+
+def load_results(out_dir: str | Path, task: str) -> list[dict]:
+    """Every finished run of ``task`` under ``out_dir`` (``<out_dir>/<task>/<arm>/seed<k>/result.json``)."""
+    return [json.loads(path.read_text()) for path in sorted(Path(out_dir, task).glob("*/seed*/result.json"))]
+
+
+def chosen_arms(out_dir: str | Path, task: str = "number_sorting") -> list[str]:
+    """The phase-2 arms: the base and each method at its chosen rate (from the seed-0 runs of ``task``)."""
+    results = load_results(out_dir, task)
+    chosen = choose_rates(results)
+    if not chosen:
+        raise ValueError(
+            f"No seed-0 sweep run of {task!r} under {out_dir}: run phase 1 first "
+            f"(trl-rlvr-ext study lora_init --tasks {task} --seeds 0 --out_dir {out_dir})."
+        )
+    return ["base", *(arm_name(method, rate) for method, rate in chosen.items())]
+
+
+def _rewards(result: dict) -> list[float]:
+    return [v for _, v in train_log_series(result, "reward") if v is not None and not math.isnan(v)]
+
+
+def final_reward(result: dict) -> float | None:
+    """Mean of the last `REWARD_WINDOW` logged training rewards."""
+    rewards = _rewards(result)
+    return statistics.fmean(rewards[-REWARD_WINDOW:]) if rewards else None
+
+
+def collapsed(result: dict) -> float | None:
+    """1.0 if the final reward is below `COLLAPSE_FRACTION` of the first logged reward (the starting model's rollouts;
+    0.0 when that is zero: nothing to lose)."""
+    rewards = _rewards(result)
+    if not rewards:
+        return None
+    return float(rewards[0] > 0 and final_reward(result) < COLLAPSE_FRACTION * rewards[0])
+
+
+def reward_change(result: dict) -> float | None:
+    """The final reward minus the first logged reward (the starting model's rollouts; negative: the reward fell)."""
+    rewards = _rewards(result)
+    return final_reward(result) - rewards[0] if rewards else None
+
+
+def grad_norm_spikes(result: dict) -> float | None:
+    """Number of logged steps whose grad norm exceeds `SPIKE_FACTOR` times the run's median grad norm."""
+    norms = [v for _, v in train_log_series(result, "grad_norm") if v is not None and not math.isnan(v)]
+    if not norms:
+        return None
+    median = statistics.median(norms)
+    return float(sum(norm > SPIKE_FACTOR * median for norm in norms))
+
+
+def trainable_parameters(result: dict) -> float | None:
+    return (result.get("parameters") or {}).get("trainable")
+
+
+COLUMNS = [
+    log_column("max grad_norm", "grad_norm", "max", digits=2),
+    Column(f"grad-norm spikes (>{SPIKE_FACTOR:g}x median)", grad_norm_spikes, digits=1),
+    Column(f"final reward (last {REWARD_WINDOW} logs)", final_reward),
+    Column("reward change", reward_change),
+    Column("collapsed", collapsed, digits=2),
+    Column("trainable params", trainable_parameters, digits=0),
+]
+
+
+def _mean_sd(values: list[float | None], digits: int = 3) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def rate_tables(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
+    """Markdown: the whole sweep (seed 0, every run on disk) with the chosen rates, and the phase-2 command."""
+    results = load_results(out_dir, task_name) or rows
+    seed0 = {r["arm"]: r for r in results if r["seed"] == 0}
+    chosen = choose_rates(results)
+    lines = [
+        "",
+        "### Learning-rate sweep (seed 0; chosen rate = highest pass@1, a tie goes to the lower rate; **bold**)",
+        "",
+        "| method | rate | pass@1 | max grad_norm | grad-norm spikes | final reward | reward change | collapsed | seeds run |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for method in METHODS:
+        for rate in rates_of(method):
+            name = arm_name(method, rate)
+            if name not in seed0:
+                continue
+            r = seed0[name]
+            mark = "**" if chosen.get(method) == rate else ""
+            seeds = sorted(x["seed"] for x in results if x["arm"] == name)
+            cells = [
+                method,
+                f"{mark}{rate}{mark}",
+                f"{mark}{r['pass_at_k']['1']:.3f}{mark}",
+                _mean_sd([COLUMNS[0].value(r)], 2),
+                _mean_sd([grad_norm_spikes(r)], 0),
+                _mean_sd([final_reward(r)]),
+                _mean_sd([reward_change(r)]),
+                _mean_sd([collapsed(r)], 0),
+                ",".join(map(str, seeds)),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    if chosen:
+        arms = ",".join(["base", *(arm_name(m, rate) for m, rate in chosen.items())])
+        # the same sizes as the sweep, so that seed 0 is reused and the seeds are comparable
+        quick = rows[0]["quick"]
+        flags = (" --quick" if quick else "") + size_flags(_STUDY_SIZES, StudySizes(**rows[0]["sizes"]), quick)
+        lines += [
+            "",
+            "Phase 2 (each method at its chosen rate, 3 seeds; seed 0 is reused):",
+            "",
+            f"    trl-rlvr-ext study lora_init --tasks {task_name} --seeds 0,1,2 --arms {arms} --out_dir {out_dir}{flags}",
+        ]
+    return lines + [""]
+
+
+# only the sizes matter to size_flags
+_STUDY_SIZES = Study("lora_init", CLAIM, {}, {}, sizes=SIZES)
+
+
+def make_study() -> Study:
+    gym_tasks = make_self_study().tasks  # the same tasks and cached warm-started bases as the self study
+    arms = {"base": Arm("base", train=False)}
+    for method in METHODS:
+        for rate in rates_of(method):
+            arms[arm_name(method, rate)] = make_arm(method, rate)
+    return Study(
+        "lora_init",
+        CLAIM,
+        {name: gym_tasks[name] for name in TASKS},
+        arms,
+        columns=COLUMNS,
+        curves=["reward", "grad_norm", "entropy"],
+        sizes=SIZES,
+        plots=[rate_tables],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trl_rlvr_ext.studies.lora_init_study [--out_dir D] [--task T]``: print the phase-2 arms."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Print the phase-2 arms of the lora_init study (comma-separated).")
+    parser.add_argument("--out_dir", default="outputs/studies/lora_init")
+    parser.add_argument("--task", default="number_sorting", choices=TASKS)
+    args = parser.parse_args(argv)
+    print(",".join(chosen_arms(args.out_dir, args.task)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
