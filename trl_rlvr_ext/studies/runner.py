@@ -351,11 +351,12 @@ def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
         if chance is not None:
             cells = ["chance (guess from the train answers)", "-", *[f"{chance[k]:.3f}" for k in shown]]
             lines.append("| " + " | ".join(cells + ["-"] * (len(header) - len(cells))) + " |")
-        lines += [
-            "",
-            "The base arm's spread over seeds is the evaluation noise (its seeds differ only in the sampling seed).",
-            "",
-        ]
+        lines += [""]
+        if any(arm in study.arms and not study.arms[arm].train for arm in (r["arm"] for r in rows)):
+            lines += [
+                "The base arm's spread over seeds is the evaluation noise (its seeds differ only in the sampling seed).",
+                "",
+            ]
         _plot(task_name, rows, out_dir, has_boundary)
         lines += [f"![Pass@k]({task_name}_pass_at_k.png)"]
         if has_boundary:
