@@ -51,6 +51,17 @@ def test_study_sizes_reuse_rollouts():
         # the runner uses gradient_accumulation_steps=1: more than one step per generation reuses the rollouts
         assert sizes.steps_per_generation > 1
     assert study.default_sizes(False).eval_samples == 64
+    # the self study's tasks (and so its cached bases), the toy included: the one task where >= 5 % is clipped
+    self_tasks = get_study("self").tasks
+    assert list(study.tasks) == ["chain_sum", "number_sorting", "toy"]
+    for name, task in study.tasks.items():
+        twin = self_tasks[name]
+        assert (task.dataset, task.reward, task.max_completion_length) == (
+            twin.dataset,
+            twin.reward,
+            twin.max_completion_length,
+        )
+        assert task.base_model.__qualname__ == twin.base_model.__qualname__  # the same base builder
 
 
 def test_quick_nsr_study_end_to_end(tmp_path):

@@ -32,7 +32,6 @@ per train prompt for the preference data, ``probe_problems`` / ``probe_every`` =
 interval; ``steps_per_generation`` is unused (keep 1).
 """
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -41,7 +40,7 @@ import statistics
 import time
 from pathlib import Path
 
-from .runner import Arm, Column, Study, StudySizes, StudyTask, _atomic_write, log_column, size_flags
+from .runner import Arm, Column, Study, StudySizes, StudyTask, evaluate_and_record, log_column
 
 
 CLAIM = (
@@ -279,7 +278,6 @@ def run_one(
     from ..data import load_named_dataset
     from ..dpo.behavior import BEHAVIOR_COLUMNS
     from ..dpo.dpo_trainer import ISDPOTrainer
-    from ..evaluation import evaluate_pass_at_k
     from ..rewards import get_reward_func
 
     run_dir = out_dir / task.name / arm.name / f"seed{seed}"
@@ -322,46 +320,31 @@ def run_one(
         model = AutoModelForCausalLM.from_pretrained(base_path)
         frontier.measure(0, model=model, ref_model=model, tokenizer=tokenizer)
     model.eval()
-    evaluation = evaluate_pass_at_k(
-        model,
-        test,
-        reward,
-        tokenizer=tokenizer,
-        num_samples=sizes.eval_samples,
-        temperature=1.0,
-        top_p=1.0,
-        max_new_tokens=task.max_completion_length,
-        batch_size=max(256, 2 * sizes.eval_samples),
-        seed=1000 + seed,
-        label=f"{task.name}/{arm.name}/seed{seed}",
-        progress=False,
-    )
-    result = {
-        "study": study.name,
-        "task": task.name,
-        "arm": arm.name,
-        "seed": seed,
-        "quick": quick,
-        "dataset": task.dataset,
-        "reward": task.reward,
-        "base_model": base_path,
-        "pass_at_k": {str(k): v for k, v in evaluation.pass_at_k.items()},
-        "num_correct": evaluation.num_correct.tolist(),
-        "num_samples": int(sizes.eval_samples),
+    extra = {
         "boundary": [],
         "frontier": frontier.history,
         "preference_data": data_meta,  # None for the base arm
         "train_log": log_history,
         "dpo_config": config,
-        "sizes": dataclasses.asdict(sizes),
-        "train_seconds": round(train_seconds, 1),
-        "wall_seconds": round(time.perf_counter() - start, 1),
-        "command": command,
-        "rerun_command": f"{command.split(' --')[0]} --out_dir {out_dir} --tasks {task.name} --arms {arm.name} "
-        f"--seeds {seed}" + (" --quick" if quick else "") + size_flags(study, sizes, quick),
     }
-    _atomic_write(result_path, json.dumps(result, indent=1, default=float))
-    return result
+    return evaluate_and_record(
+        study,
+        task,
+        arm,
+        seed,
+        out_dir,
+        sizes,
+        quick,
+        command,
+        model,
+        tokenizer,
+        test,
+        reward,
+        base_path,
+        start,
+        train_seconds,
+        extra,
+    )
 
 
 # ---------------------------------------------------------------- table and plot

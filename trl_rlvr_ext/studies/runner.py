@@ -189,7 +189,6 @@ def run_one(
 ) -> dict:
     """One (task, arm, seed): train (unless the arm is the base), evaluate Pass@k, write ``result.json``."""
     from ..data import load_named_dataset
-    from ..evaluation import evaluate_pass_at_k
     from ..evaluation.boundary import BoundaryProbeCallback
     from ..rewards import get_reward_func
 
@@ -246,6 +245,58 @@ def run_one(
         boundary, log_history = probe.history, trainer.state.log_history
         model = trainer.model
         model.eval()
+    extra = {
+        "boundary": [{"step": step, **metrics} for step, metrics in boundary],
+        "train_log": log_history,
+        "grpo_config": config,
+        "peft": arm.peft,
+        "parameters": parameters,
+        "lora_init": lora_init,
+    }
+    result = evaluate_and_record(
+        study,
+        task,
+        arm,
+        seed,
+        out_dir,
+        sizes,
+        quick,
+        command,
+        model,
+        tokenizer,
+        test,
+        reward,
+        base_path,
+        start,
+        train_seconds,
+        extra,
+    )
+    return result
+
+
+def evaluate_and_record(
+    study: Study,
+    task: StudyTask,
+    arm: Arm,
+    seed: int,
+    out_dir: Path,
+    sizes: StudySizes,
+    quick: bool,
+    command: str,
+    model,
+    tokenizer,
+    test,
+    reward,
+    base_path: str,
+    start: float,
+    train_seconds: float,
+    extra: dict,
+) -> dict:
+    """The end of every run: the final model's unbiased Pass@k on the held-out problems (temperature 1, sampling seed
+    ``1000 + seed``), then ``result.json`` (the keys the table reads, ``extra``, the wall time since ``start`` and a
+    command that reruns just this run), written last and atomically."""
+    from ..evaluation import evaluate_pass_at_k
+
     evaluation = evaluate_pass_at_k(
         model,
         test,
@@ -272,12 +323,7 @@ def run_one(
         "pass_at_k": {str(k): v for k, v in evaluation.pass_at_k.items()},
         "num_correct": evaluation.num_correct.tolist(),
         "num_samples": int(sizes.eval_samples),
-        "boundary": [{"step": step, **metrics} for step, metrics in boundary],
-        "train_log": log_history,
-        "grpo_config": config,
-        "peft": arm.peft,
-        "parameters": parameters,
-        "lora_init": lora_init,
+        **extra,
         "sizes": dataclasses.asdict(sizes),
         "train_seconds": round(train_seconds, 1),
         "wall_seconds": round(time.perf_counter() - start, 1),
@@ -285,7 +331,9 @@ def run_one(
         "rerun_command": f"{command.split(' --')[0]} --out_dir {out_dir} --tasks {task.name} --arms {arm.name} "
         f"--seeds {seed}" + (" --quick" if quick else "") + size_flags(study, sizes, quick),
     }
-    _atomic_write(result_path, json.dumps(result, indent=1, default=float))
+    _atomic_write(
+        out_dir / task.name / arm.name / f"seed{seed}" / "result.json", json.dumps(result, indent=1, default=float)
+    )
     return result
 
 
