@@ -104,3 +104,16 @@ def test_study_default_sizes_and_the_rerun_flags_follow_the_study():
     assert size_flags(study, own, quick=False) == ""
     assert size_flags(study, dataclasses.replace(own, max_steps=10), quick=False) == " --max_steps 10"
     assert size_flags(Study("t", "claim", {}, {}), own, quick=False) == " --max_steps 40 --eval_samples 64"
+
+
+def test_a_run_named_twice_is_refused(tmp_path):
+    from trl_rlvr_ext.studies import get_study, run_study
+
+    study = get_study("self")
+    for kwargs, word in (
+        ({"arms": ["base", "base"]}, "Arm"),
+        ({"seeds": [0, 0]}, "Seed"),
+        ({"tasks": ["toy", "toy"]}, "Task"),
+    ):
+        with pytest.raises(ValueError, match=f"{word}\\(s\\) .* given more than once"):
+            run_study(study, tmp_path, quick=True, **kwargs)

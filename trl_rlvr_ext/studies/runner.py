@@ -520,6 +520,10 @@ def run_study(
     seeds = [0, 1, 2] if seeds is None else list(seeds)
     if not seeds:
         raise ValueError("No seeds: give at least one.")
+    for kind, chosen in (("task", tasks), ("arm", arms), ("seed", seeds)):
+        repeated = sorted({str(c) for c in chosen or [] if list(chosen).count(c) > 1})
+        if repeated:  # a repeated name would count the same run twice in the table's mean and sd
+            raise ValueError(f"{kind.capitalize()}(s) {repeated} given more than once: name each once.")
     sizes = sizes or study.default_sizes(quick)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
