@@ -40,7 +40,17 @@ import statistics
 import time
 from pathlib import Path
 
-from .runner import Arm, Column, Study, StudySizes, StudyTask, evaluate_and_record, log_column
+from .runner import (
+    Arm,
+    Column,
+    Study,
+    StudySizes,
+    StudyTask,
+    common_training_settings,
+    evaluate_and_record,
+    finished_result,
+    log_column,
+)
 
 
 CLAIM = (
@@ -251,19 +261,9 @@ def _dpo_config(run_dir: Path, arm: Arm, sizes: StudySizes, seed: int):
     from ..dpo.dpo_config import ISDPOConfig
 
     settings = {
-        "output_dir": str(run_dir / "train"),
+        **common_training_settings(run_dir, sizes, seed),  # activation checkpointing off: DPOConfig turns it on
         "loss_type": "sigmoid",
-        "learning_rate": sizes.learning_rate,
-        "lr_scheduler_type": "constant",
         "per_device_train_batch_size": sizes.num_prompts,
-        "gradient_accumulation_steps": 1,
-        "max_steps": sizes.max_steps,
-        "logging_steps": max(1, min(sizes.probe_every, sizes.max_steps)),
-        "save_strategy": "no",
-        "report_to": "none",
-        "use_cpu": True,
-        "activation_checkpointing": False,  # DPOConfig turns it on; it only slows a tiny model down
-        "seed": seed,
         **arm.config,
     }
     return ISDPOConfig(**settings), settings
@@ -280,10 +280,9 @@ def run_one(
     from ..dpo.dpo_trainer import ISDPOTrainer
     from ..rewards import get_reward_func
 
+    if (done := finished_result(out_dir, task, arm, seed)) is not None:
+        return done
     run_dir = out_dir / task.name / arm.name / f"seed{seed}"
-    result_path = run_dir / "result.json"
-    if result_path.is_file():
-        return json.loads(result_path.read_text())
     if sizes.steps_per_generation != 1:
         raise ValueError(
             f"steps_per_generation={sizes.steps_per_generation} means nothing to the is_dpo study (offline pairs, no "

@@ -156,29 +156,44 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _grpo_config(run_dir: Path, task: StudyTask, arm: Arm, sizes: StudySizes, seed: int):
-    from ..grpo.grpo_config import RLVRGRPOConfig
-
-    settings = {
+def common_training_settings(run_dir: Path, sizes: StudySizes, seed: int) -> dict:
+    """The trainer settings every study run shares (GRPO or DPO): a constant learning rate, one optimizer step per
+    batch, logs every ``probe_every`` steps, no checkpoints, no reporting, CPU, no activation checkpointing (it only
+    slows a tiny model down)."""
+    return {
         "output_dir": str(run_dir / "train"),
-        "loss_type": "dapo",
-        "beta": 0.0,
         "learning_rate": sizes.learning_rate,
         "lr_scheduler_type": "constant",
-        "num_generations": sizes.num_generations,
-        "per_device_train_batch_size": sizes.num_prompts * sizes.num_generations // sizes.steps_per_generation,
-        "steps_per_generation": sizes.steps_per_generation,
         "gradient_accumulation_steps": 1,
-        "max_completion_length": task.max_completion_length,
-        "temperature": 1.0,
         "max_steps": sizes.max_steps,
         "logging_steps": max(1, min(sizes.probe_every, sizes.max_steps)),
         "save_strategy": "no",
         "report_to": "none",
         "use_cpu": True,
         "activation_checkpointing": False,
-        "remove_unused_columns": False,  # the rewards read the dataset's columns
         "seed": seed,
+    }
+
+
+def finished_result(out_dir: Path, task: StudyTask, arm: Arm, seed: int) -> dict | None:
+    """The ``result.json`` of a finished run, ``None`` if the run has not finished (the file is written last)."""
+    path = out_dir / task.name / arm.name / f"seed{seed}" / "result.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _grpo_config(run_dir: Path, task: StudyTask, arm: Arm, sizes: StudySizes, seed: int):
+    from ..grpo.grpo_config import RLVRGRPOConfig
+
+    settings = {
+        **common_training_settings(run_dir, sizes, seed),
+        "loss_type": "dapo",
+        "beta": 0.0,
+        "num_generations": sizes.num_generations,
+        "per_device_train_batch_size": sizes.num_prompts * sizes.num_generations // sizes.steps_per_generation,
+        "steps_per_generation": sizes.steps_per_generation,
+        "max_completion_length": task.max_completion_length,
+        "temperature": 1.0,
+        "remove_unused_columns": False,  # the rewards read the dataset's columns
         **arm.config,
     }
     return RLVRGRPOConfig(**settings), settings
@@ -192,10 +207,9 @@ def run_one(
     from ..evaluation.boundary import BoundaryProbeCallback
     from ..rewards import get_reward_func
 
+    if (done := finished_result(out_dir, task, arm, seed)) is not None:
+        return done
     run_dir = out_dir / task.name / arm.name / f"seed{seed}"
-    result_path = run_dir / "result.json"
-    if result_path.is_file():
-        return json.loads(result_path.read_text())
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     splits = load_named_dataset(task.dataset)
