@@ -11,7 +11,7 @@ from trl_rlvr_ext.cli import main
 QUICK_ARMS = ["base", "lora@5e-4", "rlpo@5e-4", "full@5e-5"]
 
 
-def test_quick_study_end_to_end(tmp_path):
+def test_quick_study_end_to_end(tmp_path, capsys):
     from trl_rlvr_ext.studies.lora_init_study import LORA_R, chosen_arms
 
     out = tmp_path / "study"
@@ -49,6 +49,14 @@ def test_quick_study_end_to_end(tmp_path):
     assert phase2 in table
     assert chosen_arms(out, "number_sorting") == QUICK_ARMS
     assert (out / "number_sorting_training.png").read_bytes()[:4] == b"\x89PNG"
+
+    # phase 2 by the arm set's name: the same arms, every run already there (loaded, not redone)
+    capsys.readouterr()
+    argv = ["study", "lora_init", "--quick", "--tasks", "number_sorting", "--seeds", "0", "--arms", "chosen"]
+    assert main([*argv, "--out_dir", str(out)]) == 0
+    assert capsys.readouterr().out.count("done, loading") == len(QUICK_ARMS)
+    with pytest.raises(ValueError, match="exactly one task"):
+        main(["study", "lora_init", "--quick", "--arms", "chosen", "--out_dir", str(out)])
 
 
 def _tiny_model(path):

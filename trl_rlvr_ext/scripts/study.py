@@ -24,7 +24,12 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("name", choices=sorted(STUDIES), help="The study.")
     parser.add_argument("--out_dir", default=None, help="Output folder (default: outputs/studies/<name>[-quick]).")
     parser.add_argument("--tasks", default=None, help="Comma-separated tasks (default: all of the study's).")
-    parser.add_argument("--arms", default=None, help="Comma-separated arms (default: all of the study's).")
+    parser.add_argument(
+        "--arms",
+        default=None,
+        help="Comma-separated arms (default: all of the study's), or a study's arm set picked from the runs already in "
+        "--out_dir (lora_init: 'chosen', each method at its best swept learning rate; needs one --tasks).",
+    )
     parser.add_argument("--seeds", default="0,1,2", help="Comma-separated training seeds.")
     parser.add_argument(
         "--quick",

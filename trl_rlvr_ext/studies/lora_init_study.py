@@ -14,8 +14,8 @@ phases, and the runner's resume makes the second reuse the first's runs:
 
 1. the sweep, seed 0 only: ``trl-rlvr-ext study lora_init --tasks number_sorting --seeds 0``;
 2. each method's chosen rate (`choose_rates`: the highest held-out pass@1 of seed 0; a tie goes to the lower rate)
-   with seeds 0, 1 and 2: ``--seeds 0,1,2 --arms $(python -m trl_rlvr_ext.studies.lora_init_study)``, which prints
-   the base arm and the chosen arms. ``results.md`` then has the 3-seed table at the chosen rates, followed by the
+   with seeds 0, 1 and 2: ``--seeds 0,1,2 --arms chosen`` (the study's arm set ``chosen``: the base arm and each
+   method at its chosen rate, read from the seed-0 runs in ``--out_dir``). ``results.md`` then has the 3-seed table at the chosen rates, followed by the
    whole sweep (read from every seed-0 run on disk) with the chosen rates marked, and the phase-2 command.
 
 Extra columns (from the per-step training log; every arm logs every step):
@@ -37,7 +37,6 @@ there too, for a second task when time allows). With ``quick``, the randomly ini
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
 from .runner import Arm, Column, Study, StudySizes, log_column, size_flags, train_log_series
@@ -263,20 +262,5 @@ def make_study() -> Study:
         curves=["reward", "grad_norm", "entropy"],
         sizes=SIZES,
         plots=[rate_tables],
+        arm_sets={"chosen": chosen_arms},
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m trl_rlvr_ext.studies.lora_init_study [--out_dir D] [--task T]``: print the phase-2 arms."""
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Print the phase-2 arms of the lora_init study (comma-separated).")
-    parser.add_argument("--out_dir", default="outputs/studies/lora_init")
-    parser.add_argument("--task", default="number_sorting", choices=TASKS)
-    args = parser.parse_args(argv)
-    print(",".join(chosen_arms(args.out_dir, args.task)))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -130,7 +130,10 @@ class Study:
     - ``sizes`` / ``quick_sizes``: the study's own defaults (else `StudySizes()` / `QUICK`);
     - ``run_one``: runs one (task, arm, seed) instead of `run_one` (same signature; must write the same
       ``result.json`` keys that the table reads: ``pass_at_k``, ``boundary``, ``train_seconds``, ``wall_seconds``...);
-    - ``plots``: ``plot(task_name, rows, out_dir) -> list of markdown lines`` for study-specific figures.
+    - ``plots``: ``plot(task_name, rows, out_dir) -> list of markdown lines`` for study-specific figures;
+    - ``arm_sets``: names usable in ``arms`` that stand for arms picked from the runs already in ``out_dir``
+      (``arm_set(out_dir, task) -> arm names``; e.g. the ``lora_init`` study's ``chosen``: each method at its best
+      swept learning rate).
     """
 
     name: str
@@ -143,6 +146,7 @@ class Study:
     quick_sizes: StudySizes | None = None
     run_one: Callable | None = None
     plots: list[Callable] = dataclasses.field(default_factory=list)
+    arm_sets: dict[str, Callable[[Path, str], list[str]]] = dataclasses.field(default_factory=dict)
 
     def default_sizes(self, quick: bool) -> StudySizes:
         if quick:
@@ -515,6 +519,19 @@ def _plot_curves(task_name: str, rows: list[dict], keys: list[str], out_dir: Pat
     plt.close(fig)
 
 
+def _expand_arm_sets(study: Study, arms: list[str], tasks: list[str] | None, out_dir: Path) -> list[str]:
+    selected = list(tasks or study.tasks)
+    if len(selected) != 1:
+        raise ValueError(
+            f"An arm set ({sorted(study.arm_sets)}) is picked from one task's runs: give exactly one task with --tasks "
+            f"(got {selected})."
+        )
+    expanded = []
+    for name in arms:
+        expanded += study.arm_sets[name](out_dir, selected[0]) if name in study.arm_sets else [name]
+    return expanded
+
+
 def run_study(
     study: Study,
     out_dir: str | os.PathLike,
@@ -527,6 +544,8 @@ def run_study(
     log: Callable[[str], None] = print,
 ) -> list[dict]:
     """Run (or resume) ``study``; returns the results of every selected run, after writing the table and plots."""
+    if arms and any(name in study.arm_sets for name in arms):
+        arms = _expand_arm_sets(study, arms, tasks, Path(out_dir))
     for kind, chosen, known in (("task", tasks, study.tasks), ("arm", arms, study.arms)):
         unknown = sorted(set(chosen or []) - set(known))
         if unknown:
