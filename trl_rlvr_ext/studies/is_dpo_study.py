@@ -49,6 +49,7 @@ from .runner import (
     common_training_settings,
     evaluate_and_record,
     finished_result,
+    load_run_inputs,
     log_column,
 )
 
@@ -275,10 +276,8 @@ def run_one(
     """One (task, arm, seed): DPO or IS-DPO on the task's shared pairs, the frontier, Pass@k; writes ``result.json``."""
     from transformers import AutoTokenizer
 
-    from ..data import load_named_dataset
     from ..dpo.behavior import BEHAVIOR_COLUMNS
     from ..dpo.dpo_trainer import ISDPOTrainer
-    from ..rewards import get_reward_func
 
     if (done := finished_result(out_dir, task, arm, seed)) is not None:
         return done
@@ -292,11 +291,7 @@ def run_one(
     pairs, data_meta = build_preference_data(task, sizes, quick, out_dir) if arm.train else (None, None)
     start = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
-    splits = load_named_dataset(task.dataset)
-    test = splits["test"].select(range(min(sizes.eval_problems, splits["test"].num_rows)))
-    probe_rows = [splits["test"][i] for i in range(min(sizes.probe_problems, splits["test"].num_rows))]
-    reward = get_reward_func(task.reward)
-    base_path = task.base_model(quick)
+    _, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     frontier = _frontier_callback_class()(
         None, probe_rows, reward, task.max_completion_length, sizes.probe_every, FRONTIER_SAMPLES, 2000 + seed

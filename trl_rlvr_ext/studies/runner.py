@@ -22,6 +22,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 
 @dataclasses.dataclass
@@ -185,6 +186,32 @@ def finished_result(out_dir: Path, task: StudyTask, arm: Arm, seed: int) -> dict
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+class RunInputs(NamedTuple):
+    """What every run of a task reads: its splits, the held-out problems it is evaluated on, the held-out problems
+    its probes follow during training (the first ``probe_problems``), the reward, and the base model's path."""
+
+    splits: object  # a DatasetDict with "train" and "test"
+    test: object  # the first ``eval_problems`` held-out rows
+    probe_rows: list[dict]
+    reward: Callable
+    base_path: str
+
+
+def load_run_inputs(task: StudyTask, sizes: StudySizes, quick: bool) -> RunInputs:
+    from ..data import load_named_dataset
+    from ..rewards import get_reward_func
+
+    splits = load_named_dataset(task.dataset)
+    held_out = splits["test"]
+    return RunInputs(
+        splits=splits,
+        test=held_out.select(range(min(sizes.eval_problems, held_out.num_rows))),
+        probe_rows=[held_out[i] for i in range(min(sizes.probe_problems, held_out.num_rows))],
+        reward=get_reward_func(task.reward),
+        base_path=task.base_model(quick),
+    )
+
+
 def _grpo_config(run_dir: Path, task: StudyTask, arm: Arm, sizes: StudySizes, seed: int):
     from ..grpo.grpo_config import RLVRGRPOConfig
 
@@ -207,19 +234,14 @@ def run_one(
     study: Study, task: StudyTask, arm: Arm, seed: int, out_dir: Path, sizes: StudySizes, quick: bool, command: str
 ) -> dict:
     """One (task, arm, seed): train (unless the arm is the base), evaluate Pass@k, write ``result.json``."""
-    from ..data import load_named_dataset
     from ..evaluation.boundary import BoundaryProbeCallback
-    from ..rewards import get_reward_func
 
     if (done := finished_result(out_dir, task, arm, seed)) is not None:
         return done
     run_dir = out_dir / task.name / arm.name / f"seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    splits = load_named_dataset(task.dataset)
-    test = splits["test"].select(range(min(sizes.eval_problems, splits["test"].num_rows)))
-    reward = get_reward_func(task.reward)
-    base_path = task.base_model(quick)
+    splits, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick)
     model, tokenizer, boundary, log_history, config = base_path, None, [], [], None
     train_seconds = 0.0
     parameters, lora_init = None, None
@@ -230,7 +252,6 @@ def run_one(
 
         args, config = _grpo_config(run_dir, task, arm, sizes, seed)
         tokenizer = AutoTokenizer.from_pretrained(base_path)
-        probe_rows = splits["test"].select(range(min(sizes.probe_problems, splits["test"].num_rows)))
         probes = [{"prompt": row["prompt"], "completion": task.gold_completion(row)} for row in probe_rows]
         peft_config = None
         if arm.peft is not None:
