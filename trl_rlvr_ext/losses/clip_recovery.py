@@ -84,11 +84,14 @@ def clip_recovery_objective(
 
     clipped_low = (ratio < lower) & (advantages < 0)
     clipped_high = (ratio > upper) & (advantages > 0)
-    r = ratio.detach()
+    # The rescue rule and its weights in float32 whatever the ratio's dtype: in bf16 (8 mantissa bits) u would take
+    # only 256 values in [0.5, 1) and r·u ≤ 1+ε_h would be decided on rounded products. TRL hands float32 ratios (its
+    # log-probs are float32 even for a bf16 model), for which this is the identity.
+    r = ratio.detach().float()
 
     if mode == "nsr":
         shape = torch.broadcast_shapes(ratio.shape, advantages.shape)
-        u = torch.rand(shape, generator=generator, device=ratio.device, dtype=r.dtype)
+        u = torch.rand(shape, generator=generator, device=ratio.device, dtype=torch.float32)
         rescued_high = clipped_high & (u * r <= upper)
         rescued_low = clipped_low & (u <= r / lower)
         weight = u
