@@ -114,12 +114,32 @@ def test_a_failure_of_the_whole_batch_only_is_named():
 )
 def test_bad_outputs_are_clear_errors(output, message):
     with pytest.raises(RewardFunctionError, match=message):
-        _call(guard_reward_func(_returns(output)), ["a", "b"])
+        _call(guard_reward_func(_returns(output), on_nan="error"), ["a", "b"])
+    has_nan = isinstance(output, list) and any(isinstance(v, float) and math.isnan(v) for v in output)
+    if not has_nan:
+        with pytest.raises(RewardFunctionError, match=message):  # the default differs only for NaN
+            _call(guard_reward_func(_returns(output)), ["a", "b"])
+
+
+def test_nan_keeps_trls_meaning_by_default_and_warns_once(caplog):
+    """NaN is TRL's "no reward from this function": the output passes through untouched (so TRL sums it with nansum,
+    exactly as without the guard), and the first NaN of each reward is a warning naming it, the row and completion."""
+    output = [1.0, math.nan, math.nan]
+    guarded = guard_reward_func(_returns(output))
+    with caplog.at_level("WARNING", logger="trl_rlvr_ext.rewards.guard"):
+        assert _call(guarded, ["a", "b", "c"]) is output
+        assert _call(guarded, ["a", "b", "c"]) is output
+    warnings = [r.getMessage() for r in caplog.records if r.name == "trl_rlvr_ext.rewards.guard"]
+    assert len(warnings) == 1
+    assert "'reward' returned NaN for row 1" in warnings[0] and "completion 'b'" in warnings[0]
+    assert "reward_on_nan='error'" in warnings[0]
+    with pytest.raises(ValueError, match=r"on_nan='skip' is not supported. Use one of \['ignore', 'error'\]"):
+        guard_reward_func(_returns(output), on_nan="skip")
 
 
 def test_zero_mode_zeroes_nan_and_non_numbers_but_not_a_wrong_length():
     logged = []
-    guarded = guard_reward_func(_returns([math.nan, None, "x", 0.5]), on_error="zero")
+    guarded = guard_reward_func(_returns([math.nan, None, "x", 0.5]), on_error="zero", on_nan="error")
     rewards = _call(guarded, list("abcd"), log_metric=lambda *a: logged.append(a))
     assert rewards == [0.0, None, 0.0, 0.5]
     assert logged == [("rewards/errors", 2.0)]
@@ -219,6 +239,39 @@ def test_trainer_zero_mode_goes_on_and_logs_the_errors(tiny_model_path, tmp_path
         assert errors in (0, 4, 8)
         assert log["rewards/errors"] == errors / 2
     assert any(log["rewards/errors"] > 0 for log in logs), "no prompt raised: the test is void (change the seed)"
+
+
+def nan_on_odd_prompts(prompts, completions, **kwargs):
+    """NaN (no reward) for the completions of odd prompts, a dense reward for the others."""
+    return [math.nan if int(p.split("+")[0]) % 2 else r for p, r in zip(prompts, digit_reward(completions))]
+
+
+def test_trainer_with_a_nan_reward_is_stock_grpo_and_strict_mode_fails(tiny_model_path, tmp_path):
+    """A reward returning NaN for some rows trains exactly as under stock GRPOTrainer (TRL's meaning: no reward from
+    it), and reward_on_nan='error' fails the step naming the function."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    runs = []
+    for trainer_cls, config_cls in ((GRPOTrainer, GRPOConfig), (RLVRGRPOTrainer, RLVRGRPOConfig)):
+        args = config_cls(**grpo_kwargs(tmp_path / trainer_cls.__name__, max_steps=2))
+        trainer = trainer_cls(
+            model=tiny_model_path,
+            reward_funcs=[nan_on_odd_prompts, digit_reward],
+            args=args,
+            train_dataset=prompt_dataset(),
+        )
+        trainer.train()
+        logs = [{k: v for k, v in log.items() if k != "step_time"} for log in trainer.state.log_history]
+        runs.append((logs, [p.detach().clone() for p in trainer.model.parameters()]))
+    (stock_logs, stock_params), (our_logs, our_params) = runs
+    assert stock_logs[:2] == our_logs[:2]
+    assert all(torch.equal(a, b) for a, b in zip(stock_params, our_params))
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path / "strict", max_steps=1, reward_on_nan="error"))
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path, reward_funcs=nan_on_odd_prompts, args=args, train_dataset=prompt_dataset()
+    )
+    with pytest.raises(RewardFunctionError, match="'nan_on_odd_prompts' returned nan for row"):
+        trainer.train()
 
 
 def tower_on_first(completions, reward_timeout, log_metric, **kwargs):

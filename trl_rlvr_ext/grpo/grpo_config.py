@@ -12,7 +12,7 @@ from ..curation.samplers import CURATION_MODES as CURATION_SAMPLER_MODES
 from ..curation.samplers import PASS_RATE_TARGETS
 from ..lora_init.config import LoraInitArguments
 from ..losses.clip_recovery import CLIP_RECOVERY_FUNCTION_MODES
-from ..rewards.guard import REWARD_ON_ERROR_MODES
+from ..rewards.guard import REWARD_ON_ERROR_MODES, REWARD_ON_NAN_MODES
 
 
 # Loss types whose surrogate is PPO's hard clip min(r·A, clip(r)·A): the only ones with a clip to recover from.
@@ -109,9 +109,13 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             killed on time, on any thread. `None`: verify in-process, unbounded off the main thread.
         reward_on_error (`str`, *optional*, defaults to `"raise"`):
             What a reward function's failure on one completion does. `"raise"`: fail the step with an error naming
-            the reward function, the row and the completion. `"zero"`: score the rows that raise (or return NaN,
+            the reward function, the row and the completion. `"zero"`: score the rows that raise (or return
             infinity or a non-number) 0.0, go on, and count them in the `rewards/errors` metric. See
             `trl_rlvr_ext.rewards.guard`.
+        reward_on_nan (`str`, *optional*, defaults to `"ignore"`):
+            What a NaN reward means. `"ignore"`: TRL's meaning, to the bit: that reward function gives the row no
+            reward (TRL sums over reward functions with `nansum`); the first NaN of each function is logged as a
+            warning. `"error"`: a NaN is a bad value like infinity, handled by `reward_on_error`.
         dynamic_sampling (`bool`, *optional*, defaults to `False`):
             DAPO's dynamic sampling (https://huggingface.co/papers/2503.14476, Sec. 3.2): groups whose rewards have
             (near-)zero spread are dropped and more prompts are generated, in whole groups, until the generation
@@ -222,9 +226,18 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     reward_on_error: str = field(
         default="raise",
         metadata={
-            "help": "A reward function that raises (or returns NaN / a non-number) on a completion: 'raise' fails the "
-            "step naming the function, row and completion; 'zero' scores the row 0.0 and counts it (rewards/errors).",
+            "help": "A reward function that raises (or returns infinity / a non-number) on a completion: 'raise' "
+            "fails the step naming the function, row and completion; 'zero' scores the row 0.0 and counts it "
+            "(rewards/errors).",
             "choices": list(REWARD_ON_ERROR_MODES),
+        },
+    )
+    reward_on_nan: str = field(
+        default="ignore",
+        metadata={
+            "help": "A NaN reward: 'ignore' keeps TRL's meaning (the function gives that row no reward; the first NaN "
+            "is logged as a warning); 'error' treats it as a bad value, as reward_on_error says.",
+            "choices": list(REWARD_ON_NAN_MODES),
         },
     )
     # ---------------------------------------------------------------- Dynamic sampling (DAPO)
@@ -343,6 +356,10 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         if self.reward_on_error not in REWARD_ON_ERROR_MODES:
             raise ValueError(
                 f"reward_on_error={self.reward_on_error!r} is not supported. Use one of {list(REWARD_ON_ERROR_MODES)}."
+            )
+        if self.reward_on_nan not in REWARD_ON_NAN_MODES:
+            raise ValueError(
+                f"reward_on_nan={self.reward_on_nan!r} is not supported. Use one of {list(REWARD_ON_NAN_MODES)}."
             )
         if self.reward_timeout is not None and not self.reward_timeout > 0:
             raise ValueError(

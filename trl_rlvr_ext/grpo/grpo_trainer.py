@@ -55,7 +55,9 @@ class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin,
             model, kwargs = apply_lora_init_to_trainer_arguments(model, args, kwargs)
         # Reward guard: bounded verifier time, and errors that name the reward, row and completion. A well-behaved
         # reward's output passes through untouched, under its own name (trl_rlvr_ext.rewards.guard).
-        reward_funcs = guard_reward_funcs(reward_funcs, on_error=args.reward_on_error, timeout=args.reward_timeout)
+        reward_funcs = guard_reward_funcs(
+            reward_funcs, on_error=args.reward_on_error, timeout=args.reward_timeout, on_nan=args.reward_on_nan
+        )
         super().__init__(model, reward_funcs, args=args, **kwargs)
         self._recovery_generator = None
         if self.args.clip_recovery != "none":

@@ -11,9 +11,12 @@ What it checks, per call (one process's batch of completions):
   and a shortened completion, chained to the original exception. ``on_error="zero"``: every row is scored on its own;
   the rows that raise score 0.0, and their number is logged as ``rewards/errors``.
 - The output has the wrong length, or is not a sequence: always a `RewardFunctionError` (a bug of the function).
-- A value is NaN, infinite, or not a number: `RewardFunctionError` naming the row, or 0.0 and counted with
-  ``on_error="zero"``. TRL itself would read NaN as "no reward" (it turns ``None`` into NaN and sums with
-  ``nansum``), which hides a broken reward; return ``None`` to mean that.
+- A value is NaN. ``on_nan="ignore"`` (default): TRL's meaning, kept to the bit: the row gets no reward from this
+  function (TRL turns ``None`` into NaN itself and sums over reward functions with ``nansum``). The first NaN of each
+  reward is logged as a warning naming the function, the row and the completion, since a NaN often means a broken
+  reward. ``on_nan="error"``: NaN is treated as the other bad values below.
+- A value is infinite or not a number (or NaN with ``on_nan="error"``): `RewardFunctionError` naming the row, or 0.0
+  and counted with ``on_error="zero"``.
 - A value is ``None``: kept, with TRL's meaning: the row gets no reward from this function (it is left out of the
   weighted sum across reward functions; a row with ``None`` from every function gets reward 0 and TRL warns).
 
@@ -23,11 +26,14 @@ configured timeout through it, unless the caller (or a ``functools.partial``) al
 
 import functools
 import inspect
+import logging
 import math
 from collections.abc import Callable
 
 
 REWARD_ON_ERROR_MODES = ("raise", "zero")
+REWARD_ON_NAN_MODES = ("ignore", "error")
+logger = logging.getLogger(__name__)
 # kwargs TRL passes that are callbacks, not per-row columns: silenced while rows are re-scored one by one
 _CALLBACK_KWARGS = ("log_extra", "log_metric")
 
@@ -96,14 +102,19 @@ class GuardedReward:
         on_error (`str`): ``"raise"`` (fail the call with a `RewardFunctionError`) or ``"zero"`` (score the rows that
             raise or return NaN / infinity / a non-number 0.0, and count them as ``rewards/errors``).
         timeout (`float`, *optional*): passed as ``reward_timeout`` to a function that accepts it.
+        on_nan (`str`): ``"ignore"`` (TRL's meaning: a NaN row gets no reward from this function; the first one is
+            logged as a warning) or ``"error"`` (a NaN is a bad value, as infinity is).
     """
 
-    def __init__(self, func: Callable, on_error: str = "raise", timeout: float | None = None):
+    def __init__(self, func: Callable, on_error: str = "raise", timeout: float | None = None, on_nan: str = "ignore"):
         if on_error not in REWARD_ON_ERROR_MODES:
             raise ValueError(f"on_error={on_error!r} is not supported. Use one of {list(REWARD_ON_ERROR_MODES)}.")
+        if on_nan not in REWARD_ON_NAN_MODES:
+            raise ValueError(f"on_nan={on_nan!r} is not supported. Use one of {list(REWARD_ON_NAN_MODES)}.")
         # A reward with an optional dependency fails here, when the trainer is built, not at its first call in train()
         check_dependencies(func)
-        self.func, self.on_error, self.timeout = func, on_error, timeout
+        self.func, self.on_error, self.timeout, self.on_nan = func, on_error, timeout, on_nan
+        self._warned_nan = False
         self._passes_timeout = _takes_timeout(func)
         # TRL names a reward's metrics after `__name__`: keep the wrapped function's
         self.__name__ = _callable_name(func)
@@ -112,7 +123,10 @@ class GuardedReward:
         self.__wrapped__ = func
 
     def __repr__(self):
-        return f"GuardedReward({self.func!r}, on_error={self.on_error!r}, timeout={self.timeout!r})"
+        return (
+            f"GuardedReward({self.func!r}, on_error={self.on_error!r}, timeout={self.timeout!r}, "
+            f"on_nan={self.on_nan!r})"
+        )
 
     # ------------------------------------------------------------------ the call
     def _prepare(self, kwargs: dict) -> tuple[dict, int]:
@@ -198,12 +212,16 @@ class GuardedReward:
         for row, value in enumerate(output):
             if value is None or _is_finite_number(value):
                 continue
+            if self.on_nan == "ignore" and _is_nan(value):
+                self._warn_nan_once(row, kwargs)
+                continue
             if self.on_error == "raise":
                 raise RewardFunctionError(
                     f"Reward function {self.__name__!r} returned {value!r} for row {row} of this process's batch, "
-                    f"completion {shorten(_completion_of(kwargs, row))}. Rewards must be finite numbers; return None to "
-                    "give a row no reward from this function (TRL then leaves it out of the sum over reward "
-                    "functions), or set reward_on_error='zero' to score such rows 0.0 and count them."
+                    f"completion {shorten(_completion_of(kwargs, row))}. Rewards must be finite numbers; return None "
+                    "(or NaN, with reward_on_nan='ignore') to give a row no reward from this function (TRL then leaves "
+                    "it out of the sum over reward functions), or set reward_on_error='zero' to score such rows 0.0 "
+                    "and count them."
                 )
             fixed = list(output) if fixed is None else fixed
             fixed[row] = 0.0
@@ -211,6 +229,20 @@ class GuardedReward:
         if self.on_error == "zero" and kwargs.get("log_metric") is not None:
             kwargs["log_metric"]("rewards/errors", float(errors))
         return output if fixed is None else fixed
+
+    def _warn_nan_once(self, row: int, kwargs: dict) -> None:
+        if self._warned_nan:
+            return
+        self._warned_nan = True
+        logger.warning(
+            "Reward function %r returned NaN for row %d of this process's batch, completion %s. As in TRL, the row "
+            "gets no reward from this function (it is left out of the sum over reward functions; a row with no reward "
+            "from any function scores 0). If a NaN means the reward is broken, set reward_on_nan='error' to fail (or, "
+            "with reward_on_error='zero', to score such rows 0.0 and count them). Warned once per reward function.",
+            self.__name__,
+            row,
+            shorten(_completion_of(kwargs, row)),
+        )
 
 
 class AsyncGuardedReward(GuardedReward):
@@ -252,6 +284,15 @@ def _discard(*args, **kwargs) -> None:
     return None
 
 
+def _is_nan(value) -> bool:
+    if isinstance(value, str | bytes):
+        return False
+    try:
+        return math.isnan(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
 def _is_finite_number(value) -> bool:
     if isinstance(value, str | bytes):
         return False
@@ -261,7 +302,9 @@ def _is_finite_number(value) -> bool:
         return False
 
 
-def guard_reward_func(func: Callable, on_error: str = "raise", timeout: float | None = None) -> Callable:
+def guard_reward_func(
+    func: Callable, on_error: str = "raise", timeout: float | None = None, on_nan: str = "ignore"
+) -> Callable:
     """``func`` wrapped in a `GuardedReward` (or `AsyncGuardedReward` for an ``async`` function); models (``str`` ids,
     ``torch.nn.Module``) and already guarded functions are returned as they are."""
     if isinstance(func, str | GuardedReward) or hasattr(func, "reward_guard") or not callable(func):
@@ -274,8 +317,8 @@ def guard_reward_func(func: Callable, on_error: str = "raise", timeout: float | 
     except ImportError:  # pragma: no cover - torch is a dependency of every trainer
         pass
     if not _is_async(func):
-        return GuardedReward(func, on_error=on_error, timeout=timeout)
-    guarded = AsyncGuardedReward(func, on_error=on_error, timeout=timeout)
+        return GuardedReward(func, on_error=on_error, timeout=timeout, on_nan=on_nan)
+    guarded = AsyncGuardedReward(func, on_error=on_error, timeout=timeout, on_nan=on_nan)
 
     # A coroutine function, not an instance with an async __call__: `inspect.iscoroutinefunction` must see it (this
     # package's grading helpers and TRL's own checks use it).
@@ -290,17 +333,18 @@ def guard_reward_func(func: Callable, on_error: str = "raise", timeout: float | 
     return guarded_async_reward
 
 
-def guard_reward_funcs(reward_funcs, on_error: str = "raise", timeout: float | None = None):
+def guard_reward_funcs(reward_funcs, on_error: str = "raise", timeout: float | None = None, on_nan: str = "ignore"):
     """`guard_reward_func` on one reward function or on each of a list (``None`` stays ``None``)."""
     if reward_funcs is None:
         return None
     if isinstance(reward_funcs, list):
-        return [guard_reward_func(f, on_error=on_error, timeout=timeout) for f in reward_funcs]
-    return guard_reward_func(reward_funcs, on_error=on_error, timeout=timeout)
+        return [guard_reward_func(f, on_error=on_error, timeout=timeout, on_nan=on_nan) for f in reward_funcs]
+    return guard_reward_func(reward_funcs, on_error=on_error, timeout=timeout, on_nan=on_nan)
 
 
 __all__ = [
     "REWARD_ON_ERROR_MODES",
+    "REWARD_ON_NAN_MODES",
     "AsyncGuardedReward",
     "GuardedReward",
     "RewardFunctionError",
