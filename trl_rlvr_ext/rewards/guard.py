@@ -284,22 +284,24 @@ def _discard(*args, **kwargs) -> None:
     return None
 
 
-def _is_nan(value) -> bool:
+def _as_float(value) -> float | None:
+    """``float(value)`` for a number, ``None`` for anything else (strings included, though ``float`` parses them)."""
     if isinstance(value, str | bytes):
-        return False
+        return None
     try:
-        return math.isnan(float(value))
+        return float(value)
     except (TypeError, ValueError):
-        return False
+        return None
+
+
+def _is_nan(value) -> bool:
+    number = _as_float(value)
+    return number is not None and math.isnan(number)
 
 
 def _is_finite_number(value) -> bool:
-    if isinstance(value, str | bytes):
-        return False
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False
+    number = _as_float(value)
+    return number is not None and math.isfinite(number)
 
 
 def guard_reward_func(
