@@ -412,8 +412,38 @@ def test_dataset_errors(tmp_path):
     )  # fmt: skip
     with pytest.raises(ValueError, match="but the 'eval' dataset does not"):
         trainer.evaluate(eval_dataset=_dataset(4))
-    with pytest.raises(TypeError, match="ISDPOConfig"):
-        ISDPOTrainer(make_model(tokenizer), args=DPOConfig(**_kwargs(tmp_path)), train_dataset=_dataset(4))
+    from trl import GRPOConfig
+
+    with pytest.raises(TypeError, match="needs `args` to be an ISDPOConfig .* got GRPOConfig"):
+        ISDPOTrainer(make_model(tokenizer), args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True))
+
+
+def test_a_plain_dpo_config_runs_as_isdpo_with_its_defaults(tiny_model_path, tmp_path, caplog):
+    """Changing only the trainer import works: a plain trl.DPOConfig becomes an ISDPOConfig with every field kept and
+    IS-DAA at its defaults (on, the paper's cap), said once in the log, and the run equals one with that ISDPOConfig."""
+    runs = []
+    for args in (ISDPOConfig(**_kwargs(tmp_path / "ours")), DPOConfig(**_kwargs(tmp_path / "plain"))):
+        with caplog.at_level("WARNING", logger="trl_rlvr_ext.config"):
+            trainer = ISDPOTrainer(tiny_model_path, args=args, train_dataset=_dataset())
+        losses = _record_losses(trainer)
+        trainer.train()
+        runs.append((trainer, args, losses))
+    (reference, _, reference_losses), (converted, plain_args, converted_losses) = runs
+    assert type(converted.args) is ISDPOConfig and converted.args.importance_sampling
+    from trl_rlvr_ext.dpo.dpo_config import IMPORTANCE_WEIGHT_CAP_DEFAULT
+
+    assert converted.args.importance_weight_cap == IMPORTANCE_WEIGHT_CAP_DEFAULT
+    plain = plain_args.to_dict()
+    assert {k: v for k, v in converted.args.to_dict().items() if k in plain} == plain
+    messages = [r.getMessage() for r in caplog.records if r.name == "trl_rlvr_ext.config"]
+    assert len(messages) == 1 and "plain trl.DPOConfig" in messages[0] and "importance_sampling=False" in messages[0]
+    assert len(reference_losses) == len(converted_losses) == 3
+    assert all(torch.equal(a, b) for a, b in zip(reference_losses, converted_losses))
+    strip = [{k: v for k, v in log.items() if k != "epoch"} for log in _logged(reference)]
+    assert strip == [{k: v for k, v in log.items() if k != "epoch"} for log in _logged(converted)]
+    assert any(log.get("is/weight_mean", 1.0) != 1.0 for log in _logged(converted)), "weights all 1: void"
+    for (name, param), (_, other) in zip(reference.model.named_parameters(), converted.model.named_parameters()):
+        assert torch.equal(param, other), name
 
 
 def test_streaming_dataset_bad_row_is_named(tmp_path):

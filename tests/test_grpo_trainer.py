@@ -138,11 +138,56 @@ def test_config_rejects_invalid_combinations(tmp_path, overrides, message):
         RLVRGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **overrides)
 
 
-def test_trainer_rejects_a_plain_grpo_config(tiny_model_path, tmp_path):
-    with pytest.raises(TypeError, match="needs `args` to be an RLVRGRPOConfig"):
-        RLVRGRPOTrainer(
-            model=tiny_model_path,
-            reward_funcs=digit_reward,
-            args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"),
-            train_dataset=prompt_dataset(),
-        )
+def test_a_plain_grpo_config_runs_as_stock_grpo(tiny_model_path, tmp_path, caplog):
+    """Changing only the trainer import works: a plain trl.GRPOConfig becomes an RLVRGRPOConfig with every field (as
+    GRPOConfig resolved it) kept and our options off, said once in the log, and the run is stock TRL to the bit."""
+    runs = []
+    for trainer_cls in (GRPOTrainer, RLVRGRPOTrainer):
+        args = GRPOConfig(**grpo_kwargs(tmp_path / trainer_cls.__name__, max_steps=2, steps_per_generation=2))
+        with caplog.at_level("WARNING", logger="trl_rlvr_ext.config"):
+            trainer = trainer_cls(
+                model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
+            )
+        trainer.train()
+        runs.append((trainer, args))
+    (stock, _), (ours, plain_args) = runs
+    assert type(ours.args) is RLVRGRPOConfig and ours.args is not plain_args
+    assert ours.args.clip_recovery == "none" and ours.args.curation == "none" and not ours.args.dynamic_sampling
+    ours_fields = ours.args.to_dict()
+    assert {k: v for k, v in ours_fields.items() if k in plain_args.to_dict()} == plain_args.to_dict()
+    messages = [r.getMessage() for r in caplog.records if r.name == "trl_rlvr_ext.config"]
+    assert len(messages) == 1 and "plain trl.GRPOConfig" in messages[0] and "all off: the run is stock TRL" in messages[0]
+    _assert_same_run(stock, ours, dict(stock.model.named_parameters()), dict(ours.model.named_parameters()))
+
+
+def test_trainer_refuses_other_configs_and_names_the_fix(tiny_model_path, tmp_path):
+    from trl import DPOConfig
+
+    class MyGRPOConfig(GRPOConfig):
+        pass
+
+    for args, message in (
+        (DPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"), "got DPOConfig"),
+        (MyGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"), "derive it from RLVRGRPOConfig"),
+    ):
+        with pytest.raises(TypeError, match=message):
+            RLVRGRPOTrainer(
+                model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
+            )
+
+
+def test_default_output_dir_is_trls(tiny_model_path):
+    """Without `args`, the run goes where stock TRL's would: "<model name>-GRPO" / "-DPO" (for a path or a model)."""
+    from transformers import AutoModelForCausalLM
+
+    from trl_rlvr_ext._compat import resolve_trainer_config
+
+    class Recorded:  # a config class that only records its output_dir (a real default config wants a GPU for bf16)
+        def __init__(self, output_dir):
+            self.output_dir = output_dir
+
+    name = tiny_model_path.rstrip("/").split("/")[-1]
+    loaded = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    for model in (tiny_model_path, loaded):
+        for suffix in ("GRPO", "DPO"):
+            assert resolve_trainer_config(None, Recorded, None, "T", model, suffix, "").output_dir == f"{name}-{suffix}"

@@ -62,3 +62,62 @@ def replay_bitsandbytes_kernel_notice() -> None:
     for record in _notice_filter.held:
         logger.handle(record)
     _notice_filter.held.clear()
+
+
+# ---------------------------------------------------------------- a plain TRL config handed to our trainer
+_config_logger = logging.getLogger("trl_rlvr_ext.config")
+
+
+def resolve_trainer_config(args, config_cls, base_cls, trainer_name: str, model, suffix: str, defaults_note: str):
+    """The config a trainer of this package runs with, given what the user passed as ``args``.
+
+    - ``None``: ``config_cls("<model name>-<suffix>")``, the output folder TRL's trainer would pick (``-GRPO``,
+      ``-DPO``): a user who only changes the import finds the run where stock TRL puts it.
+    - an instance of ``config_cls``: itself.
+    - an instance of exactly ``base_cls``, the TRL class ``config_cls`` extends (``trl.GRPOConfig`` for `RLVRGRPOConfig`): the same
+      config as a ``config_cls``, every field kept with the value TRL's ``__post_init__`` resolved, and this package's
+      options at their defaults (``defaults_note`` says what that means for this trainer); said once in the log. The
+      TRL fields are copied rather than re-initialised, because TRL's ``__post_init__`` is not
+      idempotent (it fills ``steps_per_generation`` and ``generation_batch_size``, which it then refuses together).
+    - anything else: a ``TypeError`` saying what to pass.
+    """
+    if args is None:
+        from trl.trainer.utils import get_config_model_id
+
+        model_name = model if isinstance(model, str) else get_config_model_id(model.config)
+        return config_cls(f"{model_name.split('/')[-1]}-{suffix}")
+    if isinstance(args, config_cls):
+        return args
+    base = base_cls
+    if type(args) is not base:
+        hint = (
+            f" Your {type(args).__name__} extends {base.__name__}: derive it from {config_cls.__name__} instead, so it "
+            "carries this package's options too."
+            if isinstance(args, base)
+            else ""
+        )
+        raise TypeError(
+            f"{trainer_name} needs `args` to be an {config_cls.__name__} (or a plain trl.{base.__name__}), got "
+            f"{type(args).__name__}.{hint} Build it with `trl_rlvr_ext.{config_cls.__name__}(...)`: it takes every "
+            f"{base.__name__} field plus this package's options."
+        )
+    converted = object.__new__(config_cls)
+    converted.__dict__.update(args.__dict__)
+    base_fields = {f.name for f in dataclasses.fields(base)}
+    for f in dataclasses.fields(config_cls):
+        if f.name in base_fields or not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            setattr(converted, f.name, f.default)
+        else:
+            setattr(converted, f.name, f.default_factory())
+    converted._check_package_options()
+    _config_logger.warning(
+        "%s was given a plain trl.%s: it runs with it as a %s, every field kept and this package's options at their "
+        "defaults (%s).",
+        trainer_name,
+        base.__name__,
+        config_cls.__name__,
+        defaults_note,
+    )
+    return converted

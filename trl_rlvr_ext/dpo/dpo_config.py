@@ -100,6 +100,10 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self._check_package_options()
+
+    def _check_package_options(self):
+        # This package's checks alone (also run on a plain DPOConfig converted by the trainer)
         self._check_importance_sampling()
         self._check_lora_init()
 

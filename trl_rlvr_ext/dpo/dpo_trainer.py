@@ -19,8 +19,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
-from trl import DPOTrainer
+from trl import DPOConfig, DPOTrainer
 
+from .._compat import resolve_trainer_config
 from .._trl import load_copy
 from ..losses.is_daa import is_daa_clip, is_daa_log_weights, is_daa_weight_stats
 from .behavior import (
@@ -81,20 +82,25 @@ class ISDPOTrainer(DPOTrainer):
     Logged beside TRL's `rewards/*` (over the pairs of all processes): `is/weight_mean`, `is/weight_max`,
     `is/clipped_frac` (pairs at the cap) and `is/ess` (effective sample size fraction (Σw)²/(n·Σw²)).
 
-    The constructor is `DPOTrainer`'s; `args` must be an [`ISDPOConfig`].
+    The constructor is `DPOTrainer`'s; `args` is an [`ISDPOConfig`] (a plain `trl.DPOConfig` is taken as an
+    `ISDPOConfig` with the same fields and IS-DAA at its defaults).
     """
 
     _tag_names: ClassVar[list[str]] = ["trl", "dpo", "trl-rlvr-ext", "is-dpo"]
 
     def __init__(self, model, ref_model=None, args: ISDPOConfig | None = None, *pargs, **kwargs):
-        if args is not None and not isinstance(args, ISDPOConfig):
-            raise TypeError(
-                f"ISDPOTrainer needs `args` to be an ISDPOConfig, got {type(args).__name__}. Build it with "
-                "`trl_rlvr_ext.ISDPOConfig(...)`: it takes every DPOConfig field plus the IS-DAA options."
-            )
-        if args is None:
-            model_name = model if isinstance(model, str) else model.config._name_or_path
-            args = ISDPOConfig(f"{str(model_name).split('/')[-1] or 'model'}-IS-DPO")
+        # A plain trl.DPOConfig is converted (said in the log), with IS-DAA at its defaults; the default output folder
+        # is TRL's own ("<model>-DPO").
+        args = resolve_trainer_config(
+            args,
+            ISDPOConfig,
+            DPOConfig,
+            type(self).__name__,
+            model,
+            "DPO",
+            "importance_sampling=True with the paper's cap, what this trainer adds; pass an ISDPOConfig with "
+            "importance_sampling=False for stock DPO",
+        )
         # Whether the datasets carry behaviour log-probs, by dataset name; set by `_prepare_dataset` during __init__
         self._behavior_columns: dict[str, bool] = {}
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original

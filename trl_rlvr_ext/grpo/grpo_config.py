@@ -273,6 +273,11 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        self._check_package_options()
+
+    def _check_package_options(self):
+        # This package's checks alone (also run on a plain GRPOConfig converted by the trainer, whose TRL fields
+        # GRPOConfig.__post_init__ has already resolved)
         self._check_clip_recovery()
         self._check_curation()
         self._check_lora_init()

@@ -7,8 +7,9 @@ trainer is stock `GRPOTrainer` to the bit (tests/test_grpo_trainer.py proves it)
 from typing import ClassVar
 
 import torch
-from trl import GRPOTrainer
+from trl import GRPOConfig, GRPOTrainer
 
+from .._compat import resolve_trainer_config
 from .._trl import load_copy
 from ..losses.clip_recovery import clip_recovery_objective
 from ..rewards.guard import guard_reward_funcs
@@ -35,20 +36,24 @@ class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin,
     - LoRA initialisers (`lora_init`, with a `peft_config`): RLPO, RLMO, PiSSA, MiLoRA, with TRL's reference kept
       equal to the original model.
 
-    The constructor is `GRPOTrainer`'s; `args` must be an [`RLVRGRPOConfig`].
+    The constructor is `GRPOTrainer`'s; `args` is an [`RLVRGRPOConfig`] (a plain `trl.GRPOConfig` runs as stock TRL,
+    with this package's options off).
     """
 
     _tag_names: ClassVar[list[str]] = ["trl", "grpo", "trl-rlvr-ext"]
 
     def __init__(self, model, reward_funcs=None, args: RLVRGRPOConfig | None = None, **kwargs):
-        if args is not None and not isinstance(args, RLVRGRPOConfig):
-            raise TypeError(
-                f"RLVRGRPOTrainer needs `args` to be an RLVRGRPOConfig, got {type(args).__name__}. Build it with "
-                "`trl_rlvr_ext.RLVRGRPOConfig(...)`: it takes every GRPOConfig field plus this package's options."
-            )
-        if args is None:
-            model_name = model if isinstance(model, str) else model.config._name_or_path
-            args = RLVRGRPOConfig(f"{str(model_name).split('/')[-1] or 'model'}-RLVR-GRPO")
+        # A plain trl.GRPOConfig runs as stock TRL (converted, said in the log); the default output folder is
+        # TRL's own ("<model>-GRPO"), so that changing only the import changes nothing else.
+        args = resolve_trainer_config(
+            args,
+            RLVRGRPOConfig,
+            GRPOConfig,
+            type(self).__name__,
+            model,
+            "GRPO",
+            "all off: the run is stock TRL; pass an RLVRGRPOConfig to turn one on",
+        )
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original
             from ..lora_init.integration import apply_lora_init_to_trainer_arguments
 
