@@ -29,8 +29,12 @@ def _write(dataset: Dataset, path):
 @pytest.mark.parametrize("extension", sorted(data.DATA_FILE_BUILDERS))
 def test_every_file_type_loads_the_same_in_every_loader(extension, tmp_path):
     path = _write(Dataset.from_dict(ROWS), tmp_path / f"problems{extension}")
-    for loaded in (data.load_named_dataset(path)["train"], data.load_split(path, "test"), load_problems(path)):
+    for loaded in (data.load_named_dataset(path)["train"], data.load_split(path, None), load_problems(path)):
         assert loaded["prompt"] == ROWS["prompt"] and [str(a) for a in loaded["answer"]] == ROWS["answer"]
+    assert len(data.load_split(path, "train")) == len(ROWS["prompt"])
+    # A single file has no test split: asking for one is refused, never answered with the whole file
+    with pytest.raises(ValueError, match=r"is a single data file: it has no 'test' split.*Leave --split out"):
+        data.load_split(path, "test")
 
 
 def test_saved_folders_and_splits(tmp_path):
@@ -39,7 +43,10 @@ def test_saved_folders_and_splits(tmp_path):
     )
     Dataset.from_dict(ROWS).save_to_disk(str(tmp_path / "single"))
     assert len(data.load_split(str(tmp_path / "dict"), "test")) == 1
-    assert len(data.load_split(str(tmp_path / "single"), "whatever")) == 3
+    assert len(data.load_split(str(tmp_path / "dict"), None)) == 1  # the test split by default
+    assert len(data.load_split(str(tmp_path / "single"), None)) == 3
+    with pytest.raises(ValueError, match="is a folder holding one saved Dataset: it has no 'whatever' split"):
+        data.load_split(str(tmp_path / "single"), "whatever")
     assert len(data.load_named_dataset(str(tmp_path / "single"))) == 3
     with pytest.raises(ValueError, match=r"has the splits \['train', 'test'\], not 'dev'"):
         data.load_split(str(tmp_path / "dict"), "dev")

@@ -131,6 +131,9 @@ def test_nsr_run_is_reproducible_and_resumes_with_the_same_draws(tiny_model_path
         ({"clip_recovery": "nsr", "loss_type": "sapo"}, "has none to recover from"),
         ({"clip_recovery": "nsr", "loss_type": "vespo"}, "has none to recover from"),
         ({"clip_recovery": "soft"}, "clip_recovery='soft' is not supported"),
+        ({"learning_rate": -1e-6}, "learning_rate must be >= 0, got -1e-06"),
+        ({"per_device_train_batch_size": 0}, "per_device_train_batch_size must be a whole number >= 1, got 0"),
+        ({"gradient_accumulation_steps": -2}, "gradient_accumulation_steps must be a whole number >= 1, got -2"),
     ],
 )
 def test_config_rejects_invalid_combinations(tmp_path, overrides, message):
@@ -156,8 +159,16 @@ def test_a_plain_grpo_config_runs_as_stock_grpo(tiny_model_path, tmp_path, caplo
     ours_fields = ours.args.to_dict()
     assert {k: v for k, v in ours_fields.items() if k in plain_args.to_dict()} == plain_args.to_dict()
     messages = [r.getMessage() for r in caplog.records if r.name == "trl_rlvr_ext.config"]
-    assert len(messages) == 1 and "plain trl.GRPOConfig" in messages[0] and "all off: the run is stock TRL" in messages[0]
+    assert (
+        len(messages) == 1 and "plain trl.GRPOConfig" in messages[0] and "all off: the run is stock TRL" in messages[0]
+    )
     _assert_same_run(stock, ours, dict(stock.model.named_parameters()), dict(ours.model.named_parameters()))
+
+
+def test_a_plain_config_with_an_impossible_value_is_refused(tiny_model_path, tmp_path):
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", learning_rate=-1e-6)
+    with pytest.raises(ValueError, match="learning_rate must be >= 0"):
+        RLVRGRPOTrainer(model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset())
 
 
 def test_trainer_refuses_other_configs_and_names_the_fix(tiny_model_path, tmp_path):
@@ -190,4 +201,6 @@ def test_default_output_dir_is_trls(tiny_model_path):
     loaded = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     for model in (tiny_model_path, loaded):
         for suffix in ("GRPO", "DPO"):
-            assert resolve_trainer_config(None, Recorded, None, "T", model, suffix, "").output_dir == f"{name}-{suffix}"
+            assert (
+                resolve_trainer_config(None, Recorded, None, "T", model, suffix, "").output_dir == f"{name}-{suffix}"
+            )

@@ -111,6 +111,7 @@ def resolve_trainer_config(args, config_cls, base_cls, trainer_name: str, model,
             setattr(converted, f.name, f.default)
         else:
             setattr(converted, f.name, f.default_factory())
+    check_training_values(converted)
     converted._check_package_options()
     _config_logger.warning(
         "%s was given a plain trl.%s: it runs with it as a %s, every field kept and this package's options at their "
@@ -121,3 +122,17 @@ def resolve_trainer_config(args, config_cls, base_cls, trainer_name: str, model,
         defaults_note,
     )
     return converted
+
+
+def check_training_values(args) -> None:
+    """Refuse `TrainingArguments` values that cannot be right, which transformers and TRL accept and then train with
+    (a negative learning rate ascends the loss) or fail on much later (a zero batch size)."""
+    if not args.learning_rate >= 0:
+        raise ValueError(
+            f"learning_rate must be >= 0, got {args.learning_rate}: a negative rate would climb the loss instead of "
+            "descending it. Use a positive value (TRL's GRPO and DPO default is 1e-6)."
+        )
+    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+        value = getattr(args, name)
+        if not (isinstance(value, int) and value >= 1):
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}.")

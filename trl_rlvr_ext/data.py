@@ -166,9 +166,13 @@ def load_named_dataset(name: str, config: str | None = None, streaming: bool = F
     return load_dataset(name, name=config, streaming=streaming)
 
 
-def load_split(name: str, split: str, config: str | None = None):
-    """One split of the dataset ``name`` (see `load_named_dataset`) as a `Dataset`. A single data file, or a folder
-    holding one saved `Dataset`, has no split names: it is returned whatever ``split`` says."""
+def load_split(name: str, split: str | None, config: str | None = None, default_split: str = "test"):
+    """One split of the dataset ``name`` (see `load_named_dataset`) as a `Dataset`.
+
+    ``split=None`` takes ``default_split`` of a dataset that has splits, and the whole of one that has none. A single
+    data file, or a folder holding one saved `Dataset`, has no splits (`datasets` reads it whole as ``train``): an
+    explicit split other than ``train`` is refused for it rather than silently answered with the whole file (an
+    evaluation asked for ``--split test`` would otherwise score the training data)."""
     import datasets
 
     if name.startswith(TOY_PREFIX):
@@ -178,12 +182,18 @@ def load_split(name: str, split: str, config: str | None = None):
     else:
         _check_local_or_hub(name)
         if not os.path.exists(name):
-            return datasets.load_dataset(name, config, split=split)
+            return datasets.load_dataset(name, config, split=split or default_split)
         splits = load_named_dataset(name, config)
-    if isinstance(splits, datasets.Dataset):
-        return splits
-    if os.path.isfile(name):
-        return splits["train"]
+    if isinstance(splits, datasets.Dataset) or os.path.isfile(name):
+        if split not in (None, "train"):
+            kind = "a single data file" if os.path.isfile(name) else "a folder holding one saved Dataset"
+            raise ValueError(
+                f"{name} is {kind}: it has no {split!r} split, only its whole contents (read as the 'train' split). "
+                "Leave --split out (or pass --split train) to use all of it, or keep the held-out rows in a file of "
+                "their own and pass that file."
+            )
+        return splits if isinstance(splits, datasets.Dataset) else splits["train"]
+    split = default_split if split is None else split
     if split not in splits:
         raise ValueError(f"{name} has the splits {list(splits)}, not {split!r}; choose one of them.")
     return splits[split]

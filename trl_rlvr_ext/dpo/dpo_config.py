@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from trl import DPOConfig
 
+from .._compat import check_training_values
 from ..lora_init.config import LoraInitArguments
 
 
@@ -99,11 +100,13 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
     )
 
     def __post_init__(self):
+        check_training_values(self)  # before TRL's own checks, which would fail on them less clearly
         super().__post_init__()
         self._check_package_options()
 
     def _check_package_options(self):
         # This package's checks alone (also run on a plain DPOConfig converted by the trainer)
+        check_training_values(self)
         self._check_importance_sampling()
         self._check_lora_init()
 

@@ -3,8 +3,10 @@
 from ..data import load_split
 
 
-def load_problems(spec: str, split: str = "test", config: str | None = None):
+def load_problems(spec: str, split: str | None = None, config: str | None = None):
     """A `datasets.Dataset` of problems from ``spec`` (resolved by `trl_rlvr_ext.data.load_split`):
+
+    ``split=None``: the ``test`` split of a dataset with splits, all rows of a single file.
 
     - ``"toy:arithmetic"``: the package's synthetic addition task (``split`` ``train`` or ``test``), offline;
     - a folder written by ``save_to_disk`` (a `Dataset`, or a `DatasetDict` from which ``split`` is taken);

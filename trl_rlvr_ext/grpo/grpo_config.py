@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from .._compat import check_training_values
 from ..curation.samplers import CURATION_MODES as CURATION_SAMPLER_MODES
 from ..curation.samplers import PASS_RATE_TARGETS
 from ..lora_init.config import LoraInitArguments
@@ -272,12 +273,14 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     )
 
     def __post_init__(self):
+        check_training_values(self)  # before TRL's own checks, which would fail on them less clearly
         super().__post_init__()
         self._check_package_options()
 
     def _check_package_options(self):
         # This package's checks alone (also run on a plain GRPOConfig converted by the trainer, whose TRL fields
         # GRPOConfig.__post_init__ has already resolved)
+        check_training_values(self)
         self._check_clip_recovery()
         self._check_curation()
         self._check_lora_init()

@@ -35,7 +35,11 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
     )
     parser.add_argument("--labels", nargs="+", default=None, help="Curve names (default: the model paths).")
     add_problem_arguments(parser)
-    parser.add_argument("--split", default="test", help="Dataset split.")
+    parser.add_argument(
+        "--split",
+        default=None,
+        help="Dataset split (default: 'test' of a dataset with splits; all rows of a single file, which has none).",
+    )
     parser.add_argument(
         "--reward_funcs",
         nargs="+",
