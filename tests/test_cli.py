@@ -205,6 +205,23 @@ def test_bf16_on_a_cpu_machine_names_the_flag_to_add(no_bf16_gpu, tmp_path):
     assert launch.parse(dpo_script.COMMAND, [*argv, "--bf16", "false"])[1].bf16 is False
 
 
+def test_no_silent_default_reward_outside_the_toy_dataset(tmp_path, capsys):
+    """The toy's reward on other data scores every completion 0: the CLI requires --reward_funcs there, before any
+    model loads, and says which reward it uses for the toy dataset."""
+    data = tmp_path / "arith.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(4)))
+    base = ["--model_name_or_path", str(tmp_path / "not-loaded"), "--use_cpu", "true", "--output_dir", str(tmp_path)]
+    parsed = launch.parse(grpo_script.COMMAND, [*base, "--dataset_name", str(data)])
+    assert parsed[0].reward_funcs is None
+    with pytest.raises(ValueError, match=r"No reward given for the dataset '.*arith.jsonl': set --reward_funcs"):
+        grpo_script.build_trainer(*parsed)
+    toy = launch.parse(grpo_script.COMMAND, [*base, "--dataset_name", "toy:arithmetic", "--max_steps", "0"])
+    with pytest.raises(Exception) as raised:  # the model path does not exist: only the printed choice matters
+        grpo_script.build_trainer(*toy)
+    assert "reward_funcs not set: using toy_accuracy, the reward of toy:arithmetic." in capsys.readouterr().out
+    assert "No reward given" not in str(raised.value)
+
+
 def test_accelerate_cpu_config_trains_on_cpu_in_fp32(no_bf16_gpu, monkeypatch, tmp_path):
     """Under `accelerate launch` with a CPU config, the script adds --use_cpu true --bf16 false (unless set)."""
     monkeypatch.setenv("ACCELERATE_USE_CPU", "true")

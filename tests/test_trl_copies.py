@@ -241,6 +241,11 @@ EXPECTED_SIGNATURES = {
         "environment_factory=None)"
     ),
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._compute_loss": "(self, model, inputs)",
+    "trl_rlvr_ext.grpo.signal_check.TrainingSignalCheckMixin._calculate_rewards": (
+        "(self, inputs, prompts, completions, completion_ids_list)"
+    ),
+    "trl_rlvr_ext.grpo.signal_check._SignalCheckCallback.on_step_end": _CALLBACK,
+    "trl_rlvr_ext.grpo.signal_check._SignalCheckCallback.on_train_end": _CALLBACK,
     "trl_rlvr_ext.lora_init.saving.LoraInitCallback.on_save": _CALLBACK,
     "trl_rlvr_ext.lora_init.saving.LoraInitCallback.on_train_end": _CALLBACK,
 }

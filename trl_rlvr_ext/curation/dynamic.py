@@ -24,6 +24,16 @@ import torch
 DYNAMIC_SAMPLING_STATE_VERSION = 1
 
 
+def total_rewards(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
+    """The reward TRL's advantage is computed from (``multi_objective_aggregation="sum_then_normalize"``): the weighted
+    sum over reward functions, a function's NaN (no reward for that row) left out; NaN where no function scored the
+    row (a row curation dropped, or an unscorable one)."""
+    weights = reward_weights.to(rewards_per_func.device).unsqueeze(0)
+    rewards = (rewards_per_func * weights).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards
+
+
 def group_reward_std(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
     r"""
     Spread of each group's rewards: the unbiased standard deviation of its finite values (as TRL's ``nanstd``).

@@ -19,7 +19,7 @@ only wires it into TRL's loop:
 import torch
 import torch.nn.functional as F
 
-from ..curation.dynamic import GroupSelector, PromptStream, ShuffledOrder, informative_groups
+from ..curation.dynamic import GroupSelector, PromptStream, ShuffledOrder, informative_groups, total_rewards
 from .checkpoint_state import CheckpointState
 
 
@@ -119,9 +119,7 @@ class DynamicSamplingMixin:
         if self._ds_collecting:
             if self._ds_reward_index is None:
                 # The total reward of TRL's advantage (sum_then_normalize), unscorable rows NaN
-                weights = self.reward_weights.to(rewards_per_func.device).unsqueeze(0)
-                rewards = (rewards_per_func * weights).nansum(dim=1)
-                rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+                rewards = total_rewards(rewards_per_func, self.reward_weights)
             else:
                 rewards = rewards_per_func[:, self._ds_reward_index]
             self._ds_rewards = rewards.detach().cpu()

@@ -137,6 +137,16 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         dynamic_sampling_seed (`int`, *optional*):
             Seed of the stream of extra prompts (with curation on, the curation sampler's draws for it). Defaults to
             `seed + 1`, so the extra prompts do not follow the training sampler's own order.
+
+        signal_check (`bool`, *optional*, defaults to `True`):
+            Warn (through the logger, once) when the first `signal_check_steps` optimizer steps carried no learning
+            signal (every group's rewards equal: zero advantages, loss and gradient), with the likely cause: a reward
+            that does not read the data's answer format (one completion is shown with its row), a model that cannot
+            read the prompts, problems all solved or all unsolved; when curation kept no prompt; and, at start, for
+            options that cannot act in this configuration (`clip_recovery` without rollout reuse). It only observes
+            the rewards: no metric is added and training is unchanged. See `trl_rlvr_ext.grpo.signal_check`.
+        signal_check_steps (`int`, *optional*, defaults to `4`):
+            How many optimizer steps the signal check watches.
     """
 
     # ---------------------------------------------------------------- Stochastic clip recovery (NSR)
@@ -271,6 +281,16 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     dynamic_sampling_seed: int | None = field(
         default=None, metadata={"help": "Seed of the extra-prompt stream. Defaults to `seed + 1`."}
     )
+    # ---------------------------------------------------------------- Training-signal check
+    signal_check: bool = field(
+        default=True,
+        metadata={
+            "help": "Warn once when the first signal_check_steps steps had no group with a reward spread (zero loss "
+            "and gradient), naming the likely cause; and at start for options that cannot act (clip_recovery "
+            "without rollout reuse). Observes only: training is unchanged."
+        },
+    )
+    signal_check_steps: int = field(default=4, metadata={"help": "Optimizer steps the signal check watches."})
 
     def __post_init__(self):
         check_training_values(self)  # before TRL's own checks, which would fail on them less clearly
@@ -286,6 +306,11 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         self._check_lora_init()
         self._check_reward_guard()
         self._check_dynamic_sampling()
+        if self.signal_check_steps < 1:
+            raise ValueError(
+                f"signal_check_steps must be at least 1, got {self.signal_check_steps}; set signal_check=False to turn "
+                "the check off."
+            )
 
     def _check_clip_recovery(self):
         if self.clip_recovery not in CLIP_RECOVERY_MODES:

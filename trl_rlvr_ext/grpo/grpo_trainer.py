@@ -17,13 +17,16 @@ from .checkpoint_state import CheckpointState, CheckpointStateMixin
 from .curation_mixin import CurationMixin
 from .dynamic_sampling import DynamicSamplingMixin
 from .grpo_config import RLVRGRPOConfig
+from .signal_check import TrainingSignalCheckMixin
 
 
 # The copies of TRL's methods that match the installed TRL (a clear ImportError on an unsupported version)
 _TRL_COPY = load_copy("grpo")
 
 
-class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin, GRPOTrainer):
+class RLVRGRPOTrainer(
+    TrainingSignalCheckMixin, DynamicSamplingMixin, CurationMixin, CheckpointStateMixin, GRPOTrainer
+):
     """[`~trl.GRPOTrainer`] with this package's methods, configured by [`RLVRGRPOConfig`].
 
     - Stochastic clip recovery (`clip_recovery="nsr"` / `"nsr_expected"`, https://huggingface.co/papers/2605.22703):
@@ -35,6 +38,8 @@ class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin,
       (`CurationMixin`); logged as `curation/*`.
     - LoRA initialisers (`lora_init`, with a `peft_config`): RLPO, RLMO, PiSSA, MiLoRA, with TRL's reference kept
       equal to the original model.
+    - A training-signal check (`signal_check`, on by default; it only observes): a warning with the likely cause when
+      the first steps carry no learning signal, or an option cannot act (`TrainingSignalCheckMixin`).
 
     The constructor is `GRPOTrainer`'s; `args` is an [`RLVRGRPOConfig`] (a plain `trl.GRPOConfig` runs as stock TRL,
     with this package's options off).
@@ -64,6 +69,7 @@ class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin,
             reward_funcs, on_error=args.reward_on_error, timeout=args.reward_timeout, on_nan=args.reward_on_nan
         )
         super().__init__(model, reward_funcs, args=args, **kwargs)
+        self._init_signal_check()  # warns about options that cannot act here; watches the first steps' rewards
         self._recovery_generator = None
         if self.args.clip_recovery != "none":
             # Each process saves its own generator, so a resumed run draws the same rescue noise as an uninterrupted

@@ -41,12 +41,25 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
     """The `RLVRGRPOTrainer` a recipe describes (datasets, rewards and model resolved, inputs checked)."""
     from trl import get_peft_config, get_quantization_config
 
-    from ..data import resolve_model_name_or_path
+    from ..data import TOY_PREFIX, resolve_model_name_or_path
     from ..grpo.grpo_trainer import RLVRGRPOTrainer
     from ..rewards import get_reward_func
     from .utils import check_columns, load_train_and_eval, set_model_init_kwargs
 
-    reward_funcs = [get_reward_func(name) for name in script_args.reward_funcs]
+    names = script_args.reward_funcs
+    if names is None and not script_args.reward_model_name_or_path:
+        # No silent default: a reward that does not read the data scores every completion 0 and nothing is learned
+        if str(script_args.dataset_name or "").startswith(TOY_PREFIX):
+            names = ["toy_accuracy"]
+            print(f"reward_funcs not set: using toy_accuracy, the reward of {script_args.dataset_name}.")
+        else:
+            raise ValueError(
+                f"No reward given for the dataset {script_args.dataset_name!r}: set --reward_funcs (e.g. math_accuracy "
+                "for math answers in an 'answer' column, reasoning_gym for reasoning_gym: tasks, or an import path "
+                "my_pkg.rewards.my_reward) or --reward_model_name_or_path. Only the toy dataset has a default reward "
+                "(toy_accuracy): it reads the toy's bracketed answers and scores anything else 0."
+            )
+    reward_funcs = [get_reward_func(name) for name in names or []]
     if script_args.reward_model_name_or_path:
         reward_funcs.append(script_args.reward_model_name_or_path)
     if not reward_funcs:
@@ -90,7 +103,9 @@ SUMMARY = (
         "Hub id, local file (.json/.jsonl/.csv/.parquet), save_to_disk folder, or 'toy:arithmetic'.",
     ),
     SummaryOption(
-        "reward_funcs", ["toy_accuracy"], "Reward names (toy_accuracy, math_accuracy, ...) or import paths."
+        "reward_funcs",
+        None,
+        "Reward names (toy_accuracy, math_accuracy, ...) or import paths; required except for toy:arithmetic.",
     ),
     *OUTPUT_AND_LENGTH_SUMMARY,
     SummaryOption("per_device_train_batch_size", 8, "Completions per device per optimiser micro-step."),

@@ -11,11 +11,12 @@ from ..rewards import REWARD_NAMES
 class RLVRGRPOScriptArguments(ScriptArguments):
     """Script arguments of the GRPO script: TRL's `ScriptArguments` plus the reward functions."""
 
-    reward_funcs: list[str] = field(
-        default_factory=lambda: ["toy_accuracy"],
+    reward_funcs: list[str] | None = field(
+        default=None,
         metadata={
             "help": f"Reward functions: names among {list(REWARD_NAMES)} or dotted import paths "
-            "('my_lib.rewards.my_reward'). 'math_accuracy' grades math answers with math-verify."
+            "('my_lib.rewards.my_reward'). 'math_accuracy' grades math answers with math-verify. Required, except "
+            "for the toy dataset (toy:arithmetic), whose reward toy_accuracy is then used (and said at start)."
         },
     )
     reward_model_name_or_path: str | None = field(

@@ -91,4 +91,7 @@ def train_and_save(trainer, script_args, training_args):
         trainer.push_to_hub(dataset_name=script_args.dataset_name)
         trainer.accelerator.print(f"Model pushed to the Hub: https://huggingface.co/{trainer.hub_model_id}.")
     trainer.end()  # finishes the trackers and destroys the process group (transformers >= 5.18)
+    # The training-signal check's warnings scroll away under the step logs: repeat them last
+    for warning in getattr(trainer, "signal_check_warnings", []):
+        trainer.accelerator.print(f"warning: {warning}")
     return trainer
