@@ -5,7 +5,8 @@
     trl-rlvr-ext grpo --config toy_nsr [--accelerate_config cpu] [--num_processes 2] [--key value ...]
     trl-rlvr-ext dpo  --config toy_isdpo
 
-``trl-rlvr-ext <command> ...`` runs exactly as ``python -m trl_rlvr_ext.scripts.<module> ...`` does.
+``trl-rlvr-ext <command> ...`` runs exactly as ``python -m trl_rlvr_ext.scripts.<module> ...`` does. An error of the
+package's own checks prints as one line; ``--debug`` anywhere on the command line shows its traceback.
 """
 
 import importlib
@@ -33,7 +34,9 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    from .scripts.errors import pop_debug_flag, run_reporting_errors
+
+    argv = pop_debug_flag(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trl-rlvr-ext: unknown command {command!r}.\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(f"trl_rlvr_ext.scripts.{COMMANDS[command][0]}")
-    return int(module.cli_main(rest) or 0)
+    # The package's own clear errors as one line (no traceback); `--debug` shows the traceback
+    return run_reporting_errors(f"trl-rlvr-ext {command}", module.cli_main, rest)
 
 
 if __name__ == "__main__":

@@ -97,6 +97,29 @@ def check_model_name_or_path(name_or_path: str) -> None:
             f"Model {name_or_path!r}: no such directory (relative to {os.getcwd()}), and no such model on the hub "
             "(or it is private: log in with `hf auth login`)."
         ) from None
+    except Exception as error:
+        if not is_network_error(error):
+            raise
+        raise ConnectionError(
+            f"Model {name_or_path!r}: no such directory (relative to {os.getcwd()}), and the Hugging Face Hub could "
+            f"not be reached to look it up as a hub id ({type(error).__name__}: {error}). If it is a path, check it; "
+            "if this machine is offline, set HF_HUB_OFFLINE=1 to use only local folders and the local cache."
+        ) from None
+
+
+def is_network_error(error: BaseException) -> bool:
+    """Whether ``error`` (or an exception it was raised from) is a failed connection: DNS, refused, timed out, or the
+    Hub client's own offline errors (the HTTP client's exception classes differ between huggingface_hub versions)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        name = type(error).__name__
+        if isinstance(error, ConnectionError | TimeoutError) or any(
+            part in name for part in ("Connect", "Timeout", "NameResolution", "OfflineModeIsEnabled")
+        ):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _load_toy_dataset(name: str):

@@ -45,6 +45,7 @@ from ..curation.greedy import FusedGreedy, GreedyRows, SeparateGreedy, grade_sha
 from ..sampling import call_reward_func, decode_completions, is_conversational_prompt
 from .checkpoint_state import CheckpointState, CheckpointStateMixin
 from .grpo_config import SELF_SEQUENCE_AVERAGED_LOSS_TYPES
+from .inputs import curation_id_column_message
 
 
 logger = logging.getLogger(__name__)
@@ -130,9 +131,7 @@ class CurationMixin(CheckpointStateMixin):
             id_column, ids = ROW_COLUMN, list(range(len(dataset)))
             self.train_dataset = dataset.add_column(ROW_COLUMN, ids)
         elif id_column not in dataset.column_names:
-            raise ValueError(
-                f"curation_id_column={id_column!r} is not a column of the training set ({dataset.column_names})."
-            )
+            raise ValueError(curation_id_column_message(id_column, dataset.column_names))
         else:
             ids = list(dataset[id_column])
         controller.setup(ids, id_column)

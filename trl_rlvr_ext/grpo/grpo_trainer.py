@@ -17,6 +17,7 @@ from .checkpoint_state import CheckpointState, CheckpointStateMixin
 from .curation_mixin import CurationMixin
 from .dynamic_sampling import DynamicSamplingMixin
 from .grpo_config import RLVRGRPOConfig
+from .inputs import check_grpo_inputs, resolve_reward_names
 from .signal_check import TrainingSignalCheckMixin
 
 
@@ -59,6 +60,9 @@ class RLVRGRPOTrainer(
             "GRPO",
             "all off: the run is stock TRL; pass an RLVRGRPOConfig to turn one on",
         )
+        # Before any model loads: reward names resolved (never a hub look-up), the columns they read checked
+        reward_funcs = resolve_reward_names(reward_funcs)
+        check_grpo_inputs(args, reward_funcs, kwargs.get("train_dataset"), kwargs.get("eval_dataset"))
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original
             from ..lora_init.integration import apply_lora_init_to_trainer_arguments
 

@@ -30,6 +30,8 @@ import logging
 import math
 from collections.abc import Callable
 
+from .columns import TRL_REWARD_KWARGS, missing_column_message, reward_columns
+
 
 REWARD_ON_ERROR_MODES = ("raise", "zero")
 REWARD_ON_NAN_MODES = ("ignore", "error")
@@ -115,6 +117,7 @@ class GuardedReward:
         check_dependencies(func)
         self.func, self.on_error, self.timeout, self.on_nan = func, on_error, timeout, on_nan
         self._warned_nan = False
+        self._columns = reward_columns(func)  # dataset columns the function reads (a missing one is named, below)
         self._passes_timeout = _takes_timeout(func)
         # TRL names a reward's metrics after `__name__`: keep the wrapped function's
         self.__name__ = _callable_name(func)
@@ -132,6 +135,11 @@ class GuardedReward:
     def _prepare(self, kwargs: dict) -> tuple[dict, int]:
         if "completions" not in kwargs:
             raise TypeError(f"{self.__name__} must be called with keyword arguments, including completions=...")
+        missing = [column for column in self._columns if column not in kwargs]
+        if missing:
+            # A configuration error, not a failing row: never answered by scoring zeros (reward_on_error='zero')
+            present = [key for key in kwargs if key not in TRL_REWARD_KWARGS]
+            raise RewardFunctionError(missing_column_message(self.__name__, missing, present, "batch"))
         if self._passes_timeout and "reward_timeout" not in kwargs:
             kwargs = {**kwargs, "reward_timeout": self.timeout}
         return kwargs, len(kwargs["completions"])

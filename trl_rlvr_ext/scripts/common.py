@@ -64,9 +64,14 @@ def load_problem_set(args: argparse.Namespace):
     from ..evaluation.data import load_problems, with_prompt_column
     from ..evaluation.generation import resolve_reward_funcs
 
+    from ..rewards.columns import check_reward_columns
+
     dataset = load_problems(args.dataset, args.split, args.dataset_config)
     dataset = with_prompt_column(dataset, args.prompt_column, args.prompt_template, args.chat)
-    return dataset, resolve_reward_funcs(args.reward_funcs)
+    reward_funcs = resolve_reward_funcs(args.reward_funcs)
+    # Before any model loads: the columns the rewards read (a raw TypeError at the first grading otherwise)
+    check_reward_columns(reward_funcs, dataset.column_names, f"dataset {args.dataset!r}")
+    return dataset, reward_funcs
 
 
 def fail(prog: str, message: str) -> int:

@@ -81,7 +81,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     try:
         check_model_name_or_path(args.model)
         sampling = sampling_settings(args)
-    except (ValueError, TypeError, FileNotFoundError) as error:
+    except (ValueError, TypeError, FileNotFoundError, ConnectionError) as error:
         return fail(PROG, str(error))
 
     import numpy as np

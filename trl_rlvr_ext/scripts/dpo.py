@@ -15,6 +15,7 @@ offline arithmetic preference dataset of `trl_rlvr_ext.toy.preference`, ``model_
 random model (no hub access); local files (.json/.jsonl/.csv/.parquet) and `save_to_disk` directories load too.
 """
 
+import sys
 from collections.abc import Sequence
 
 from .launch import (
@@ -118,5 +119,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
     return run_training_cli(COMMAND, argv)
 
 
-if __name__ == "__main__":
-    raise SystemExit(cli_main())
+if __name__ == "__main__":  # also how `accelerate launch` runs it, in every process
+    from .errors import pop_debug_flag, run_reporting_errors
+
+    raise SystemExit(run_reporting_errors("trl-rlvr-ext dpo", cli_main, pop_debug_flag(sys.argv[1:])))

@@ -111,7 +111,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     for model in args.model:
         try:
             check_model_name_or_path(model)
-        except (ValueError, FileNotFoundError) as error:
+        except (ValueError, FileNotFoundError, ConnectionError) as error:
             return fail(PROG, str(error))
     try:
         dataset, reward_funcs = load_problem_set(args)

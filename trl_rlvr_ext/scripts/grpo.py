@@ -10,6 +10,8 @@ Every key of the YAML is a field of `RLVRGRPOScriptArguments`, `RLVRGRPOConfig`,
 level, so that ``--help`` answers at once.
 """
 
+import sys
+
 from .launch import (
     DEVICE_SUMMARY,
     LORA_SUMMARY,
@@ -142,5 +144,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     return run_training_cli(COMMAND, argv)
 
 
-if __name__ == "__main__":
-    raise SystemExit(cli_main())
+if __name__ == "__main__":  # also how `accelerate launch` runs it, in every process
+    from .errors import pop_debug_flag, run_reporting_errors
+
+    raise SystemExit(run_reporting_errors("trl-rlvr-ext grpo", cli_main, pop_debug_flag(sys.argv[1:])))

@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .errors import concise_parser_errors
 from .recipes import resolve_accelerate_config, resolve_recipe
 
 
@@ -240,6 +241,7 @@ def parse(command: TrainingCommand, argv: Sequence[str]):
     with tempfile.TemporaryDirectory(prefix="trl_rlvr_ext_recipe_") as workdir:
         argv = adapt_checkpointing_names(argv, workdir)
         parser = command.make_parser(prog=command.prog)
+        concise_parser_errors(parser, command.prog)
         try:
             parsed = parser.parse_args_and_config(args=argv, fail_with_unknown_args=True)
         except ValueError as error:

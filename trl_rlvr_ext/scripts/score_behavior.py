@@ -94,7 +94,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
         check_model_name_or_path(args.model_name_or_path)
         if args.tokenizer_name_or_path is not None:
             check_model_name_or_path(args.tokenizer_name_or_path)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, ConnectionError) as error:
         return fail(PROG, str(error))
 
     from datasets import DatasetDict
@@ -103,7 +103,7 @@ def cli_main(argv: Sequence[str] | None = None) -> int:
 
     try:
         data = load_preference_data(args.dataset_path)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, FileNotFoundError, ConnectionError) as error:
         return fail(PROG, str(error))
     if args.split is not None:
         if not isinstance(data, DatasetDict) or args.split not in data:

@@ -1,0 +1,73 @@
+"""Checks of `RLVRGRPOTrainer`'s inputs that run before TRL loads the model: a mistake costs a second, not a model load
+and a first generation.
+
+- Reward names: ``reward_funcs="toy_accuracy"`` (a name of `trl_rlvr_ext.rewards.REWARD_NAMES`) is that function.
+  TRL would read any string as a reward *model* id and try the Hub with it, which hangs without a network.
+- Columns: the columns each reward function reads (`trl_rlvr_ext.rewards.columns`), ``prompt``, and
+  ``curation_id_column`` must be in the datasets.
+"""
+
+import os
+
+from ..rewards import REWARD_NAMES, get_reward_func
+from ..rewards.columns import check_reward_columns
+
+
+def resolve_reward_names(reward_funcs):
+    """``reward_funcs`` with every registered reward name replaced by its function (other strings are reward model
+    ids or paths, left to TRL; a path that does not exist fails at once)."""
+    if reward_funcs is None:
+        return None
+    single = not isinstance(reward_funcs, list)
+    resolved = []
+    for func in [reward_funcs] if single else reward_funcs:
+        if isinstance(func, str) and func in REWARD_NAMES:
+            func = get_reward_func(func)
+        elif isinstance(func, str) and _looks_like_a_path(func) and not os.path.exists(func):
+            raise FileNotFoundError(
+                f"The reward model {func!r} looks like a local path, but nothing is there. Give an existing folder, a "
+                f"hub id, or a reward function (by name: {list(REWARD_NAMES)}, or the function itself)."
+            )
+        resolved.append(func)
+    return resolved[0] if single else resolved
+
+
+def _looks_like_a_path(name: str) -> bool:
+    # A hub id is "name" or "org/name": anything with more parts, or starting with . / ~, can only be a path
+    return name.startswith((".", "/", "~")) or name.count("/") >= 2 or name.endswith("/")
+
+
+def curation_id_column_message(id_column: str, columns) -> str:
+    return (
+        f"curation_id_column={id_column!r} is not a column of the training set (its columns: {list(columns)}). Leave "
+        "curation_id_column unset, and the trainer numbers the rows itself (in a 'curation_row' column); or add an "
+        f"id column first: `dataset = dataset.add_column({id_column!r}, list(range(len(dataset))))`."
+    )
+
+
+def _columns_of(dataset):
+    return getattr(dataset, "column_names", None)  # None for a stream whose columns are not known up front
+
+
+def check_grpo_inputs(args, reward_funcs, train_dataset, eval_dataset) -> None:
+    """Fail, naming the column and the fix, when a dataset lacks what the rewards, curation or GRPO need."""
+    datasets = [("training set", train_dataset)]
+    if isinstance(eval_dataset, dict):
+        datasets += [(f"eval set {name!r}", dataset) for name, dataset in eval_dataset.items()]
+    elif eval_dataset is not None:
+        datasets.append(("eval set", eval_dataset))
+    for label, dataset in datasets:
+        columns = _columns_of(dataset)
+        if columns is None:
+            continue
+        if "prompt" not in columns:
+            raise ValueError(
+                f"The {label} has no 'prompt' column (its columns: {list(columns)}). GRPO generates from 'prompt': "
+                "rename the column that holds the problems, e.g. `dataset = dataset.rename_column('question', "
+                "'prompt')`."
+            )
+        check_reward_columns(reward_funcs, columns, label)
+    columns = _columns_of(train_dataset)
+    id_column = args.curation_id_column
+    if args.curation != "none" and id_column is not None and columns is not None and id_column not in columns:
+        raise ValueError(curation_id_column_message(id_column, columns))
