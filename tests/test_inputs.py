@@ -164,3 +164,34 @@ def test_cli_a_bad_option_value_prints_the_option_not_the_usage(tmp_path):
     assert result.returncode == 2 and len(lines) <= 4, result.stderr[-3000:]
     assert lines[0].startswith("trl-rlvr-ext grpo: error: argument --max_steps") and "abc" in lines[0]
     assert lines[1].lstrip().startswith("--max_steps")
+
+
+def test_console_short_line_and_quiet_warnings(tmp_path):
+    """The CLI prints one short line per logging step (every metric in train_log.jsonl) and no dependency
+    deprecation warning a user cannot act on; the library itself leaves warnings alone."""
+    import warnings
+
+    from trl_rlvr_ext.scripts.console import short_line
+    from trl_rlvr_ext.scripts.quiet import quiet_dependency_warnings
+
+    line = short_line({"loss": 0.0123, "reward": 0.45, "grad_norm": 1.5, "epoch": 0.1, "entropy": 5.5}, 10, 200)
+    assert line == "step 10/200  loss 0.0123  reward 0.4500  grad norm 1.5000"
+    assert short_line({"epoch": 0.1}, 1, 2) is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_dependency_warnings()
+        warnings.warn("`is_gradient_checkpointing` is deprecated and will be removed in v6.", FutureWarning)
+        warnings.warn("something else", FutureWarning)
+    assert [str(w.message) for w in caught] == ["something else"]
+
+
+def test_cli_training_console_is_short_and_the_log_is_whole(tiny_model_path, tmp_path):
+    argv = ["grpo", "--config", "toy_nsr", "--model_name_or_path", tiny_model_path, "--max_steps", "2"]
+    argv += ["--logging_steps", "1", "--save_strategy", "no", "--output_dir", str(tmp_path / "run")]
+    result = _cli(*argv, env={"HF_HUB_OFFLINE": "1"}, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    assert len(steps) == 2 and all(len(line) < 250 and "{" not in line for line in steps)
+    assert "FutureWarning" not in result.stderr and "Setting accelerator to CPU" not in result.stderr
+    records = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "loss" in r] == [1, 2] and "clip_recovery/high_frac" in records[0]

@@ -63,7 +63,6 @@ def load_problem_set(args: argparse.Namespace):
     ``--reward_funcs`` (raises ValueError, FileNotFoundError or ImportError with what is wrong)."""
     from ..evaluation.data import load_problems, with_prompt_column
     from ..evaluation.generation import resolve_reward_funcs
-
     from ..rewards.columns import check_reward_columns
 
     dataset = load_problems(args.dataset, args.split, args.dataset_config)

@@ -113,8 +113,8 @@ def cli_main(argv: list[str] | None = None) -> int:
     filtered.save_to_disk(os.path.join(args.output_dir, "filtered"))
     rates = np.asarray(scored["pass_rate"])
     print(
-        f"scored {len(scored)} prompts: mean pass rate {rates.mean():.3f}, unsolved {np.mean(rates == 0):.1%}, "
-        f"always solved {np.mean(rates == 1):.1%}, greedy correct {np.mean(scored['greedy_correct']):.1%}; "
+        f"scored {len(scored)} prompts: mean pass rate {rates.mean():.3f}, unsolved {np.mean(rates == 0):.3f}, "
+        f"always solved {np.mean(rates == 1):.3f}, greedy correct {np.mean(scored['greedy_correct']):.3f} (fractions); "
         f"kept {len(filtered)} -> {os.path.join(args.output_dir, 'filtered')}"
     )
     return 0

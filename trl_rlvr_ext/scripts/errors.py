@@ -18,7 +18,11 @@ DEBUG_ENV = "TRL_RLVR_EXT_DEBUG"
 
 
 def pop_debug_flag(argv: list[str]) -> list[str]:
-    """``argv`` without ``--debug``; when it was there, debug mode is on for this process and the ones it launches."""
+    """``argv`` without ``--debug``; when it was there, debug mode is on for this process and the ones it launches.
+    (Called first by every command-line entry point, which also hides the dependencies' unactionable warnings.)"""
+    from .quiet import quiet_dependency_warnings
+
+    quiet_dependency_warnings()
     if DEBUG_FLAG in argv:
         os.environ[DEBUG_ENV] = "1"
     return [arg for arg in argv if arg != DEBUG_FLAG]

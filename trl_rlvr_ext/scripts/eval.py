@@ -148,11 +148,12 @@ def cli_main(argv: list[str] | None = None) -> int:
             continue
         results.append(result)
         _save_atomically(results, json_path)
-        summary = "  ".join(f"pass@{k}={100 * v:.2f}" for k, v in result.pass_at_k.items())
+        summary = "  ".join(f"pass@{k}={v:.4f}" for k, v in result.pass_at_k.items())
         if result.pass_hat_k:
-            summary += "  " + "  ".join(f"pass^{k}={100 * v:.2f}" for k, v in result.pass_hat_k.items())
+            summary += "  " + "  ".join(f"pass^{k}={v:.4f}" for k, v in result.pass_hat_k.items())
         if result.maj_at_k:
-            summary += "  " + "  ".join(f"maj@{k}={100 * v:.2f}" for k, v in result.maj_at_k.items())
+            summary += "  " + "  ".join(f"maj@{k}={v:.4f}" for k, v in result.maj_at_k.items())
+        # Fractions, as the API and the JSON hold them
         print(f"{result.label}: {summary}  (saved to {json_path})", flush=True)
     if results and not args.no_plot:
         from ..evaluation.plotting import plot_pass_at_k

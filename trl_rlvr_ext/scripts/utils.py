@@ -83,7 +83,11 @@ def load_train_and_eval(script_args, dataset_args, training_args, check):
 
 
 def train_and_save(trainer, script_args, training_args):
-    """Train (resuming if asked), save the model, push it if asked, and close the trackers."""
+    """Train (resuming if asked), save the model, push it if asked, and close the trackers; the console shows a short
+    line per logging step, every metric goes to ``<output_dir>/train_log.jsonl``."""
+    from .console import use_concise_console
+
+    use_concise_console(trainer, training_args.output_dir)
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     trainer.save_model(training_args.output_dir)
     trainer.accelerator.print(f"Model saved to {training_args.output_dir}.")
