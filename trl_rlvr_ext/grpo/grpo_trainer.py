@@ -16,6 +16,7 @@ from .checkpoint_state import CheckpointState, CheckpointStateMixin
 from .curation_mixin import CurationMixin
 from .dynamic_sampling import DynamicSamplingMixin
 from .grpo_config import RLVRGRPOConfig
+from .vllm_cpu import install_cpu_weight_sync, vllm_build_patches
 
 
 # The copies of TRL's methods that match the installed TRL (a clear ImportError on an unsupported version)
@@ -56,7 +57,10 @@ class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin,
         # Reward guard: bounded verifier time, and errors that name the reward, row and completion. A well-behaved
         # reward's output passes through untouched, under its own name (trl_rlvr_ext.rewards.guard).
         reward_funcs = guard_reward_funcs(reward_funcs, on_error=args.reward_on_error, timeout=args.reward_timeout)
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        with vllm_build_patches(args):  # vllm_engine_kwargs; server mode on CPU: no NCCL group (grpo/vllm_cpu.py)
+            super().__init__(model, reward_funcs, args=args, **kwargs)
+        # vLLM on CPU: weights reach the engine through vLLM's reload path; elsewhere TRL's own sync stays
+        self._vllm_cpu_sync = install_cpu_weight_sync(self)
         self._recovery_generator = None
         if self.args.clip_recovery != "none":
             # Each process saves its own generator, so a resumed run draws the same rescue noise as an uninterrupted
