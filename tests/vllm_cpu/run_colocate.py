@@ -11,6 +11,7 @@ vLLM runs in float32 here unless a feature says ``bf16`` (then vLLM runs bfloat1
 
 import gc
 import json
+import os
 import sys
 import time
 import traceback
@@ -375,32 +376,49 @@ def f_toy_base_recipe(ctx):
 
 
 def f_eval_curate_cli(ctx):
-    """`trl-rlvr-ext eval --use_vllm` and `trl-rlvr-ext curate --use_vllm` (their own vLLM engine)."""
+    """`trl-rlvr-ext eval --use_vllm` and `trl-rlvr-ext curate --use_vllm` (their own engine: `VLLMBackend`).
+
+    Run first: a plain `vllm.LLM` cannot be built in a process where a colocated (external-launcher) engine set up
+    torch.distributed before it. In-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0): ~3 s instead of ~35 s."""
+    from trl_rlvr_ext.sampling.backends import VLLMBackend
     from trl_rlvr_ext.scripts import curate
     from trl_rlvr_ext.scripts import eval as eval_script
+
+    calls, original = {"eval": 0, "curate": 0}, VLLMBackend.generate
+    phase = ["eval"]
+
+    def generate(self, *args, **kwargs):
+        calls[phase[0]] += 1
+        return original(self, *args, **kwargs)
 
     engine = json.dumps({"enforce_eager": True, "max_model_len": 128})
     data = ctx["work"] / "problems.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(6)))
     eval_dir, curate_dir = ctx["work"] / "eval", ctx["work"] / "curate"
-    eval_code = eval_script.cli_main(
-        ["--model", ctx["model"], "--dataset", str(data), "--reward_funcs", "toy_accuracy", "--num_samples", "4",
-         "--max_new_tokens", "6", "--use_vllm", "--vllm_kwargs", engine, "--output_dir", str(eval_dir), "--no_plot"]
-    )  # fmt: skip
-    curate_code = curate.cli_main(
-        ["--model", ctx["model"], "--dataset", str(data), "--reward_funcs", "toy_accuracy", "--num_samples", "4",
-         "--max_new_tokens", "6", "--use_vllm", "--vllm_kwargs", engine, "--output_dir", str(curate_dir)]
-    )  # fmt: skip
-    result = json.loads((eval_dir / "pass_at_k.json").read_text()) if eval_code == 0 else None
+    common = ["--model", ctx["model"], "--dataset", str(data), "--reward_funcs", "toy_accuracy", "--num_samples", "4",
+              "--max_new_tokens", "6", "--use_vllm", "--vllm_kwargs", engine]  # fmt: skip
+    VLLMBackend.generate = generate
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        eval_code = eval_script.cli_main([*common, "--output_dir", str(eval_dir), "--no_plot"])
+        phase[0] = "curate"
+        curate_code = curate.cli_main([*common, "--output_dir", str(curate_dir)])
+    finally:
+        VLLMBackend.generate = original
+        del os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"]
+    result = json.loads((eval_dir / "pass_at_k.json").read_text())["results"][0] if eval_code == 0 else {}
     return {
         "eval_code": eval_code,
         "curate_code": curate_code,
-        "eval_backend": None if not result else result[0].get("backend"),
-        "curate_files": sorted(p.name for p in curate_dir.glob("*")) if curate_dir.exists() else [],
+        "eval_backend": result.get("config", {}).get("backend"),
+        "vllm_generate_calls": calls,
+        "curate_scored": (curate_dir / "scored").is_dir(),
     }
 
 
 FEATURES = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("f_") and callable(fn)}
+# A plain vllm.LLM (eval, curate) must come before any colocated engine in the process
+FEATURES = {"eval_curate_cli": FEATURES.pop("eval_curate_cli"), **FEATURES}
 
 
 def main(argv):
