@@ -184,7 +184,9 @@ def vllm_runs(tmp_path_factory):
     """The two drivers' measurements, computed once for all xdist workers (file lock in the shared temp root)."""
     from filelock import FileLock
 
-    root = tmp_path_factory.getbasetemp().parent
+    # Under xdist each worker's base temp sits in the session's folder: share that; alone, the session's own folder
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
     cached = root / "vllm_cpu_results.json"
     with FileLock(str(root / "vllm_cpu_results.lock")):
         if cached.is_file():
