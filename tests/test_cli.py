@@ -350,7 +350,20 @@ def test_console_script_and_package_data_are_declared():
     assert project["project"]["scripts"]["trl-rlvr-ext"] == "trl_rlvr_ext.cli:main"
     assert "**/*.yaml" in project["tool"]["setuptools"]["package-data"]["trl_rlvr_ext"]
     assert json.dumps(sorted(cli.COMMANDS)) == json.dumps(
-        sorted(["curate", "demo", "dpo", "eval", "grpo", "recipes", "score-behavior", "study"])
+        sorted(
+            [
+                "curate",
+                "demo",
+                "dpo",
+                "eval",
+                "grpo",
+                "recipes",
+                "score-behavior",
+                "setup-vllm-cpu",
+                "study",
+                "vllm-serve",
+            ]
+        )
     )
 
 

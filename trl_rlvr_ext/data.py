@@ -12,6 +12,7 @@ REASONING_GYM_PREFIX = "reasoning_gym:"
 TOY_MODELS = {
     "toy:base": "the warm-started toy base model (built on first use, then cached)",
     "toy:tiny": "a randomly initialised tiny model (tests, smoke runs)",
+    "toy:vllm": "a randomly initialised tiny model of a shape vLLM's CPU build runs (head size 32, tied LM head)",
 }
 TOY_DATASETS = {
     "toy:arithmetic": "the toy verifiable arithmetic task (prompt-only, with an 'answer' column)",
@@ -31,13 +32,14 @@ def resolve_model_name_or_path(name_or_path: str | None) -> str:
         from .toy.warmstart import get_base_model_path
 
         return get_base_model_path()
-    if name_or_path == "toy:tiny":
-        from .toy import save_tiny_model
+    if name_or_path in ("toy:tiny", "toy:vllm"):
+        from .toy import VLLM_SHAPE, save_tiny_model
         from .toy.warmstart import default_cache_root
 
-        path = default_cache_root() / "toy" / "tiny-random"
+        shape, folder = ({}, "tiny-random") if name_or_path == "toy:tiny" else (VLLM_SHAPE, "vllm-random")
+        path = default_cache_root() / "toy" / folder
         if not (path / "config.json").is_file():
-            save_tiny_model(path)
+            save_tiny_model(path, **shape)
         return str(path)
     raise ValueError(f"Unknown toy model {name_or_path!r}. Use one of {sorted(TOY_MODELS)}.")
 

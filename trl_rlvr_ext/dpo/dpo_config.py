@@ -106,7 +106,6 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
 
     def _check_package_options(self):
         # This package's checks alone (also run on a plain DPOConfig converted by the trainer)
-        check_training_values(self)
         self._check_importance_sampling()
         self._check_lora_init()
 

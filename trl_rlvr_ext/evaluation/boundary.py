@@ -142,7 +142,8 @@ class BoundaryProbeCallback(TrainerCallback):
 
     Under several processes each rank scores its share of the probes (probe ``i`` on rank ``i % world_size``, equal
     shard sizes), the results are gathered, and every rank logs the same numbers. Harvesting samples under
-    `torch.random.fork_rng`, so the training run's RNG stream is unchanged.
+    `torch.random.fork_rng`, so the training run's RNG stream is unchanged. When the trainer generates with vLLM
+    (``trainer.use_vllm``), harvesting samples through the trainer's own engine (`TrainerVLLMBackend`, not seeded).
 
     ```python
     trainer = RLVRGRPOTrainer(model=..., reward_funcs=[reward], args=args, train_dataset=train)
@@ -237,7 +238,13 @@ class BoundaryProbeCallback(TrainerCallback):
     def _prepare_probes(self) -> None:
         from accelerate.utils import gather_object
 
-        from ..sampling import SamplingSettings, TransformersBackend, render_prompt_ids, sample_and_grade
+        from ..sampling import (
+            SamplingSettings,
+            TrainerVLLMBackend,
+            TransformersBackend,
+            render_prompt_ids,
+            sample_and_grade,
+        )
 
         tokenizer = self.trainer.processing_class
         if not self.harvest:
@@ -248,7 +255,10 @@ class BoundaryProbeCallback(TrainerCallback):
         max_new_tokens = self.max_new_tokens or getattr(self.trainer.args, "max_completion_length", None) or 256
         device = self.trainer.accelerator.device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), self._unwrapped() as model:
-            backend = TransformersBackend(model, tokenizer, batch_size=self.batch_size)
+            if getattr(self.trainer, "use_vllm", False):  # the trainer's engine, as PassAtKCallback samples
+                backend = TrainerVLLMBackend(self.trainer)
+            else:
+                backend = TransformersBackend(model, tokenizer, batch_size=self.batch_size)
             found = []
             per_batch = max(1, self.batch_size // self.num_harvest_samples)
             for b, start in enumerate(range(0, len(padded), per_batch)):

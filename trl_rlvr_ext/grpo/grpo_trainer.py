@@ -19,6 +19,7 @@ from .dynamic_sampling import DynamicSamplingMixin
 from .grpo_config import RLVRGRPOConfig
 from .inputs import check_grpo_inputs, resolve_reward_names
 from .signal_check import TrainingSignalCheckMixin
+from .vllm_cpu import install_cpu_weight_sync, vllm_build_patches
 
 
 # The copies of TRL's methods that match the installed TRL (a clear ImportError on an unsupported version)
@@ -72,7 +73,10 @@ class RLVRGRPOTrainer(
         reward_funcs = guard_reward_funcs(
             reward_funcs, on_error=args.reward_on_error, timeout=args.reward_timeout, on_nan=args.reward_on_nan
         )
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        with vllm_build_patches(args):  # vllm_engine_kwargs; server mode on CPU: no NCCL group (grpo/vllm_cpu.py)
+            super().__init__(model, reward_funcs, args=args, **kwargs)
+        # vLLM on CPU: weights reach the engine through vLLM's reload path; elsewhere TRL's own sync stays
+        self._vllm_cpu_sync = install_cpu_weight_sync(self)
         self._init_signal_check()  # warns about options that cannot act here; watches the first steps' rewards
         self._recovery_generator = None
         if self.args.clip_recovery != "none":

@@ -1,6 +1,7 @@
 """Argument groups shared by the command-line tools (standard library only: ``--help`` imports nothing heavy)."""
 
 import argparse
+import json
 import sys
 
 
@@ -42,6 +43,13 @@ def add_sampling_arguments(
     parser.add_argument("--correct_threshold", type=float, default=1.0, help="Reward that counts as correct.")
     parser.add_argument("--batch_size", type=int, default=64, help="Sequences per generate call.")
     parser.add_argument("--use_vllm", action="store_true", help="Generate with vLLM (must be installed).")
+    parser.add_argument(
+        "--vllm_kwargs",
+        type=json.loads,
+        default=None,
+        help="JSON object of arguments for vllm.LLM, with --use_vllm (CPU: '{\"enforce_eager\": true}', see "
+        "docs/vllm_cpu.md).",
+    )
 
 
 def sampling_settings(args: argparse.Namespace):

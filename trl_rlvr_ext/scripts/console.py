@@ -86,8 +86,8 @@ class _ConciseLog:
 class ConciseProgressCallback(_ConciseLog, ProgressCallback):
     """transformers' progress bar, with `_ConciseLog`'s line instead of the dict of every metric at each log."""
 
-    def __init__(self, output_dir: str, **kwargs):
-        ProgressCallback.__init__(self, **kwargs)
+    def __init__(self, max_str_len: int = 100, *, output_dir: str = "."):
+        ProgressCallback.__init__(self, max_str_len=max_str_len)
         self._setup_log(output_dir)
 
 
@@ -102,4 +102,6 @@ def use_concise_console(trainer, output_dir: str) -> None:
     """Replace transformers' per-step dict printing (in the progress bar, or plain) by the short line."""
     had_bar = trainer.pop_callback(ProgressCallback) is not None
     trainer.pop_callback(PrinterCallback)
-    trainer.add_callback(ConciseProgressCallback(output_dir) if had_bar else ConcisePrinterCallback(output_dir))
+    trainer.add_callback(
+        ConciseProgressCallback(output_dir=output_dir) if had_bar else ConcisePrinterCallback(output_dir)
+    )

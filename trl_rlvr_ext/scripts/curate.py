@@ -105,6 +105,7 @@ def cli_main(argv: list[str] | None = None) -> int:
             shard_size=args.shard_size,
             batch_size=args.batch_size,
             use_vllm=args.use_vllm,
+            vllm_kwargs=args.vllm_kwargs,
             sampling=sampling,
         )
     except CurationSettingsError as error:

@@ -135,6 +135,7 @@ def cli_main(argv: list[str] | None = None) -> int:
                 correct_threshold=args.correct_threshold,
                 batch_size=args.batch_size,
                 use_vllm=args.use_vllm,
+                vllm_kwargs=args.vllm_kwargs,
                 sampling=sampling,
                 num_problems=args.num_problems,
                 label=label,

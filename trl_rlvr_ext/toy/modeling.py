@@ -43,6 +43,7 @@ def make_model(
     intermediate_size: int = 32,
     max_position_embeddings: int = 512,
     seed: int = 0,
+    tie_word_embeddings: bool = False,
 ) -> Qwen2ForCausalLM:
     """A randomly initialised Qwen2 causal LM sized by the arguments (defaults: ~13k parameters, for tests)."""
     torch.manual_seed(seed)
@@ -54,7 +55,7 @@ def make_model(
         num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads,
         max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tie_word_embeddings,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
@@ -64,6 +65,19 @@ def make_model(
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
     return model
+
+
+# A shape vLLM's CPU attention accepts (head size 32; it takes 32, 64, 80, 96, 112, 128, ...: the default shape's 4 is
+# refused), with a tied LM head, so that vLLM's CPU weight sync must re-pack it (docs/vllm_cpu.md). About 110 k
+# parameters. ``toy:vllm`` names a random model of this shape.
+VLLM_SHAPE = {
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "intermediate_size": 128,
+    "tie_word_embeddings": True,
+}
 
 
 def save_tiny_model(path, seed: int = 0, **model_kwargs) -> str:

