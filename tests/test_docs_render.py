@@ -70,6 +70,19 @@ def test_every_page_renders_clean(built_site, tmp_path):
     assert elapsed < 150, f"rendering took {elapsed:.0f} s"
 
 
+def test_evidence_pages_use_a_wide_screen(built_site):
+    """On a 1920 px screen the pages with wide tables widen their column (the others keep Material's reading width):
+    tables on one line per row, figures at the column's full width."""
+    _require_chromium()
+    reports = render_site(built_site, budget=60, viewport=(1920, 1080), only="/evidence/")
+    reports.update(render_site(built_site, budget=30, viewport=(1920, 1080), only="/methods/nsr/"))
+    found = problems(built_site, reports)
+    assert not found, _format(found)
+    for page in ("/evidence/nsr/", "/evidence/is_dpo/", "/evidence/self/", "/evidence/lora_init/"):
+        assert reports[page]["contentWidth"] >= 1200, (page, reports[page]["contentWidth"])
+    assert reports["/methods/nsr/"]["contentWidth"] < 900, reports["/methods/nsr/"]["contentWidth"]
+
+
 BROKEN_PAGE = """<!doctype html><html><head><meta charset="utf-8"></head><body>
 <article class="md-content__inner md-typeset" style="width: 600px">
 <p>Raw inline math \\(x^2\\) and $$y$$ left untypeset, and <span class="arithmatex">\\(z\\)</span>.</p>
