@@ -177,6 +177,9 @@ class Browser:
                 "--no-default-browser-check",
                 "--disable-extensions",
                 "--disable-background-networking",
+                # Every host but the local server fails at once: a request to another site (a CDN, web fonts) is
+                # reported, never waited for, whether or not this machine could reach it.
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
                 "--remote-debugging-address=127.0.0.1",
                 "--remote-debugging-port=0",
                 f"--user-data-dir={self.profile}",
@@ -194,7 +197,7 @@ class Browser:
             self._events = []
             target = self.call("Target.createTarget", url="about:blank")["targetId"]
             self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-            for domain in ("Page", "Runtime"):
+            for domain in ("Page", "Runtime", "Network"):
                 self.call(f"{domain}.enable", session=True)
             self.call(
                 "Emulation.setDeviceMetricsOverride",
@@ -247,10 +250,8 @@ class Browser:
     def _wait_event(self, method: str) -> None:
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            for i, event in enumerate(self._events):
-                if event["method"] == method:
-                    del self._events[: i + 1]
-                    return
+            if any(event["method"] == method for event in self._events):
+                return
             self._events.append(json.loads(self.ws.recv()))
         raise TimeoutError(f"no {method} within {self.timeout:.0f} s")
 
@@ -258,6 +259,19 @@ class Browser:
         self._events.clear()
         self.call("Page.navigate", session=True, url=url)
         self._wait_event("Page.loadEventFired")
+
+    def requests(self) -> list[dict]:
+        """Every request the page made since it was opened: url, HTTP status (None if none came), error."""
+        seen = {}
+        for event in self._events:
+            params = event.get("params", {})
+            if event["method"] == "Network.requestWillBeSent":
+                seen[params["requestId"]] = {"url": params["request"]["url"], "status": None, "error": None}
+            elif event["method"] == "Network.responseReceived" and params["requestId"] in seen:
+                seen[params["requestId"]]["status"] = params["response"]["status"]
+            elif event["method"] == "Network.loadingFailed" and params["requestId"] in seen:
+                seen[params["requestId"]]["error"] = params["errorText"]
+        return list(seen.values())
 
     def evaluate(self, expression: str):
         result = self.call(
@@ -294,8 +308,15 @@ PROBE = r"""
 (async () => {
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const untypeset = () => [...document.querySelectorAll('.arithmatex')].filter((el) => !el.querySelector('.katex'));
-  // KaTeX's scripts load before the load event: if it is not there now, it will not come.
-  for (let i = 0; i < 100 && typeof katex !== 'undefined' && untypeset().length; i++) await sleep(50);
+  // KaTeX's scripts load before the load event: if it is not there now, it will not come. Typesetting runs at once
+  // when the page is ready; wait for it (5 s at most) while it makes progress, and no longer than 0.3 s without.
+  let left = untypeset().length;
+  for (let i = 0, idle = 0; i < 100 && idle < 6 && left && typeof katex !== 'undefined'; i++) {
+    await sleep(50);
+    const now = untypeset().length;
+    idle = now < left ? 0 : idle + 1;
+    left = now;
+  }
   await Promise.all([...document.images].map((img) => img.complete ? null : Promise.race([
     new Promise((r) => { img.addEventListener('load', r); img.addEventListener('error', r); }), sleep(5000)])));
   await document.fonts.ready;
@@ -320,7 +341,6 @@ PROBE = r"""
       src: img.currentSrc || img.src, ok: img.complete && img.naturalWidth > 0,
       width: Math.round(box(img).width), naturalWidth: img.naturalWidth,
       link: img.closest('a') ? img.closest('a').href : null})),
-    resources: performance.getEntriesByType('resource').map((r) => ({url: r.name, status: r.responseStatus})),
     contentWidth: Math.round(content.width),
     tables: [...document.querySelectorAll('.md-typeset__scrollwrap')].map((wrap) => ({
       head: [...wrap.querySelectorAll('th')].map((th) => th.textContent.trim()).join(' | ').slice(0, 120),
@@ -369,6 +389,7 @@ def render_site(
                     raise TimeoutError(f"rendering the site took over {budget:.0f} s ({len(reports)} pages done)")
                 browser.open(url)
                 report = browser.evaluate(PROBE)
+                report["requests"] = browser.requests()
                 path = "/" + url.removeprefix(base)
                 reports[path] = report
                 if screenshots and path in screenshots:
@@ -394,14 +415,16 @@ def problems(site_dir: Path, reports: dict[str, dict]) -> dict[str, list[str]]:
         for match in RAW_MATH.finditer(report["prose"]):
             context = report["prose"][max(0, match.start() - 40) : match.end() + 40]
             out.append(f"raw math delimiters left in the text: {match.group()!r} in {context!r}")
-        for resource in report["resources"]:
-            where = urllib.parse.urlsplit(resource["url"])
-            if resource["url"].startswith(ALLOWED_EXTERNAL):
+        for request in report["requests"]:
+            where = urllib.parse.urlsplit(request["url"])
+            if where.scheme not in ("http", "https") or request["url"].startswith(ALLOWED_EXTERNAL):
                 continue
-            if where.netloc != report["origin"] and where.scheme in ("http", "https"):
-                out.append(f"loads a resource from another site (the docs must be self-contained): {resource['url']}")
-            elif resource["status"] and resource["status"] >= 400:
-                out.append(f"resource failed with HTTP {resource['status']}: {resource['url']}")
+            if where.netloc != report["origin"]:
+                out.append(f"loads a resource from another site (the docs must be self-contained): {request['url']}")
+            elif request["status"] and request["status"] >= 400:
+                out.append(f"resource failed with HTTP {request['status']}: {request['url']}")
+            elif request["error"] and request["error"] != "net::ERR_ABORTED":
+                out.append(f"resource failed ({request['error']}): {request['url']}")
         for image in report["images"]:
             if not image["ok"]:
                 out.append(f"image did not load: {image['src']}")
