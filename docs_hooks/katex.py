@@ -15,6 +15,7 @@ Cache: ``$TRL_RLVR_EXT_DOCS_CACHE`` or ``~/.cache/trl_rlvr_ext/docs``. Prefetch 
 """
 
 import base64
+import fcntl
 import hashlib
 import os
 import shutil
@@ -45,6 +46,16 @@ def fetch_katex() -> Path:
     dist = root / f"katex-{KATEX_VERSION}"
     if (dist / ".complete").exists():
         return dist
+    root.mkdir(parents=True, exist_ok=True)
+    # Two builds at once (tests run in parallel) must not fetch and unpack into the same folder together.
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (dist / ".complete").exists():
+            _fetch(root, dist)
+    return dist
+
+
+def _fetch(root: Path, dist: Path) -> None:
     tarball = root / f"katex-{KATEX_VERSION}.tgz"
     if not tarball.exists():
         npm = shutil.which("npm")
@@ -54,7 +65,6 @@ def fetch_katex() -> Path:
                 f"(`apt-get install -y npm`) so the build can run `npm pack katex@{KATEX_VERSION}`, or put "
                 f"katex-{KATEX_VERSION}.tgz there (or set TRL_RLVR_EXT_DOCS_CACHE to a folder holding it)."
             )
-        root.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(
             [npm, "pack", f"katex@{KATEX_VERSION}", "--pack-destination", str(root), "--silent"],
             capture_output=True,
@@ -70,7 +80,7 @@ def fetch_katex() -> Path:
     found = _integrity(tarball)
     if found != KATEX_INTEGRITY:
         raise RuntimeError(
-            f"{tarball} is not the KaTeX {KATEX_VERSION} the registry publishes (sha512 {found}, expected "
+            f"{tarball} is not the KaTeX {KATEX_VERSION} the registry publishes (integrity {found}, expected "
             f"{KATEX_INTEGRITY}): delete it and build again to fetch it anew."
         )
     staging = root / f".katex-{KATEX_VERSION}.partial"
@@ -87,7 +97,6 @@ def fetch_katex() -> Path:
     (staging / ".complete").write_text(KATEX_VERSION + "\n")
     shutil.rmtree(dist, ignore_errors=True)
     staging.rename(dist)
-    return dist
 
 
 def on_files(files, config):

@@ -176,7 +176,10 @@ class Browser:
                 "--no-first-run",
                 "--no-default-browser-check",
                 "--disable-extensions",
-                "--disable-background-networking",
+                "--disable-background-networking",  # no calls home: they are refused here, many at a time
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-quic",
                 # Every host but the local server fails at once: a request to another site (a CDN, web fonts) is
                 # reported, never waited for, whether or not this machine could reach it.
                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",

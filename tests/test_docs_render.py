@@ -6,6 +6,7 @@ One browser process renders all pages (tests/docs_browser.py); the site is serve
 the duration of the test.
 """
 
+import importlib.util
 import os
 import time
 from pathlib import Path
@@ -114,6 +115,30 @@ def test_the_check_catches_what_it_claims(tmp_path):
     ):
         assert expected in issues, f"{expected!r} not reported; got:\n{issues}"
     assert "#here" not in issues and "example.org" not in issues
+
+
+def _katex_hook():
+    spec = importlib.util.spec_from_file_location("docs_hook_katex", ROOT / "docs_hooks" / "katex.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_katex_cache_rejects_a_tarball_that_is_not_the_pinned_one(tmp_path, monkeypatch):
+    katex = _katex_hook()
+    monkeypatch.setenv("TRL_RLVR_EXT_DOCS_CACHE", str(tmp_path))
+    (tmp_path / f"katex-{katex.KATEX_VERSION}.tgz").write_bytes(b"not katex")
+    with pytest.raises(RuntimeError, match="is not the KaTeX .* the registry publishes"):
+        katex.fetch_katex()
+    assert not (tmp_path / f"katex-{katex.KATEX_VERSION}").exists()
+
+
+def test_katex_without_npm_or_cache_says_how_to_get_it(tmp_path, monkeypatch):
+    katex = _katex_hook()
+    monkeypatch.setenv("TRL_RLVR_EXT_DOCS_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(RuntimeError, match=r"install npm .*katex-0\.19\.1\.tgz"):
+        katex.fetch_katex()
 
 
 def test_missing_chromium_names_the_install_command(monkeypatch):
