@@ -147,7 +147,8 @@ def _run_env() -> dict:
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "OMP_NUM_THREADS": "1",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
+        # No VLLM_CPU_KVCACHE_SPACE: the colocate driver sizes each engine's KV cache itself (64 MiB); the server sets
+        # its own (trl-rlvr-ext vllm-serve: 1 GiB)
         "HF_HUB_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "TRL_EXPERIMENTAL_SILENCE": "1",

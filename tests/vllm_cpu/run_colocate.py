@@ -18,8 +18,11 @@ import traceback
 from pathlib import Path
 
 
-FP32_ENGINE = {"enforce_eager": True, "dtype": "float32"}
-BF16_ENGINE = {"enforce_eager": True, "dtype": "bfloat16"}
+# 64 MiB of KV cache per engine (plenty for these models). This process builds an engine per feature and vLLM keeps
+# each one's cache: at VLLM_CPU_KVCACHE_SPACE=1 (GiB) the process grew past 13 GB and was OOM-killed on a busy machine.
+KV_CACHE = {"kv_cache_memory_bytes": 64 << 20}
+FP32_ENGINE = {"enforce_eager": True, "dtype": "float32", **KV_CACHE}
+BF16_ENGINE = {"enforce_eager": True, "dtype": "bfloat16", **KV_CACHE}
 
 
 def digit_reward(completions, **kwargs):
@@ -391,7 +394,7 @@ def f_eval_curate_cli(ctx):
         calls[phase[0]] += 1
         return original(self, *args, **kwargs)
 
-    engine = json.dumps({"enforce_eager": True, "max_model_len": 128})
+    engine = json.dumps({"enforce_eager": True, "max_model_len": 128, **KV_CACHE})
     data = ctx["work"] / "problems.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) + "\n" for i in range(6)))
     eval_dir, curate_dir = ctx["work"] / "eval", ctx["work"] / "curate"
@@ -423,6 +426,7 @@ FEATURES = {"eval_curate_cli": FEATURES.pop("eval_curate_cli"), **FEATURES}
 
 def main(argv):
     out_path, work = Path(argv[0]), Path(argv[1])
+    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the legacy setting would override KV_CACHE
     names = argv[2:] or list(FEATURES)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
