@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import torch
 from trl import DPOTrainer
 
+from .._compat import check_fsdp_really_runs
 from .._trl import load_copy
 from ..losses.is_daa import is_daa_clip, is_daa_log_weights, is_daa_weight_stats
 from .behavior import (
@@ -95,6 +96,7 @@ class ISDPOTrainer(DPOTrainer):
         if args is None:
             model_name = model if isinstance(model, str) else model.config._name_or_path
             args = ISDPOConfig(f"{str(model_name).split('/')[-1] or 'model'}-IS-DPO")
+        check_fsdp_really_runs(args, "ISDPOTrainer")
         # Whether the datasets carry behaviour log-probs, by dataset name; set by `_prepare_dataset` during __init__
         self._behavior_columns: dict[str, bool] = {}
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original

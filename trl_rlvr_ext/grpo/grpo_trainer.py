@@ -9,6 +9,7 @@ from typing import ClassVar
 import torch
 from trl import GRPOTrainer
 
+from .._compat import check_fsdp_really_runs
 from .._trl import load_copy
 from ..losses.clip_recovery import clip_recovery_objective
 from ..rewards.guard import guard_reward_funcs
@@ -49,6 +50,7 @@ class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin,
         if args is None:
             model_name = model if isinstance(model, str) else model.config._name_or_path
             args = RLVRGRPOConfig(f"{str(model_name).split('/')[-1] or 'model'}-RLVR-GRPO")
+        check_fsdp_really_runs(args, "RLVRGRPOTrainer")
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original
             from ..lora_init.integration import apply_lora_init_to_trainer_arguments
 
