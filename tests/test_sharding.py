@@ -14,6 +14,7 @@ the comparisons with DDP are in float32). The first DeepSpeed launch JIT-builds 
 ``TORCH_EXTENSIONS_DIR`` (default here: ``~/.cache/trl_rlvr_ext/torch_extensions``), 30-150 s once.
 """
 
+import importlib.util
 import json
 import math
 import os
@@ -37,7 +38,8 @@ CONFIG_OF = {
     "zero3": "deepspeed_zero3.yaml",
     "fsdp2": "fsdp2.yaml",
 }
-SHARDED = ("zero3", "fsdp2")
+SHARDED = ("zero3", "fsdp2")  # the modes that shard parameters
+ALL_SHARDED = ("zero2", "zero3", "fsdp2")  # ZeRO-2 shards optimizer state and gradients only
 LORA_METHODS = ("rlpo", "rlmo", "pissa", "milora")
 # The options compared with DDP, case by case (tests/sharding/harness.py)
 DDP_CASES = ("grpo_none", "nsr", "nsr_expected", "self", "pass_rate", "dynamic_sampling", "eval_callbacks", "isdpo")
@@ -65,6 +67,8 @@ class Launches:
 
     def __call__(self, mode: str, phase: str = "main") -> list[dict]:
         key = (mode, phase)
+        if mode in ("zero2", "zero3") and importlib.util.find_spec("deepspeed") is None:
+            pytest.skip("deepspeed is not installed (pip install deepspeed; gcc and ninja build its CPU comm op)")
         if key not in self.cache:
             from filelock import FileLock
 
@@ -157,11 +161,14 @@ def test_every_case_ran_and_ranks_agree(launches, mode):
 
 
 # ---------------------------------------------------------------------------------------------- options vs DDP
-@pytest.mark.parametrize("mode", SHARDED)
+@pytest.mark.parametrize("mode", ALL_SHARDED)
 @pytest.mark.parametrize("case", DDP_CASES)
 def test_sharded_step_matches_ddp(launches, mode, case):
     """Loss and every logged metric of each step equal DDP's to 1e-5, option by option."""
-    sharded, ddp = launches.case(mode, case)[0], launches.case("ddp", case)[0]
+    sharded_ranks, ddp_ranks = launches.case(mode, case), launches.case("ddp", case)
+    sharded, ddp = sharded_ranks[0], ddp_ranks[0]
+    for got, want in zip(sharded_ranks, ddp_ranks):  # NSR: each rank's generator drew exactly what DDP's drew
+        assert got.get("generator_digest") == want.get("generator_digest"), f"{mode} vs ddp, {case}: NSR stream"
     assert_logs_close(sharded["logs"], ddp["logs"], 1e-5, f"{mode} vs ddp, {case}")
     assert sharded["param_abs_sum"] == pytest.approx(ddp["param_abs_sum"], rel=1e-6)
     for key in ("curation", "stream", "pass_at_k"):
@@ -174,15 +181,13 @@ def test_sharded_step_matches_ddp(launches, mode, case):
 @pytest.mark.parametrize("mode", ["zero2", "zero3", "fsdp2"])
 def test_nsr_clip_was_active(launches, mode):
     for case in ("nsr", "nsr_expected"):
-        if case not in launches(mode)[0]:
-            continue
         logs = launches.case(mode, case)[0]["logs"]
         assert max(log["clip_ratio/region_mean"] for log in logs) > 0, f"{mode} {case}: clip never active"
         rescued = max(log["clip_recovery/low_frac"] + log["clip_recovery/high_frac"] for log in logs)
         assert rescued > 0, f"{mode} {case}: nothing rescued: the case is void"
 
 
-@pytest.mark.parametrize("mode", SHARDED)
+@pytest.mark.parametrize("mode", ALL_SHARDED)
 def test_curation_and_dynamic_sampling_did_something(launches, mode):
     self_logs = launches.case(mode, "self")[0]["logs"]
     assert min(log["curation/kept_prompts"] for log in self_logs) < 4, "SELF never dropped a prompt (4 per step)"
@@ -194,14 +199,25 @@ def test_curation_and_dynamic_sampling_did_something(launches, mode):
     assert ds["stream"]["drawn"] > 0 and any(log["dynamic_sampling/kept_frac"] < 1 for log in ds["logs"])
 
 
+def test_zero3_evaluation_without_gathering_equals_gathered(launches):
+    """ds3_gather_for_generation=False: the callbacks generate on the partitioned model (layer-wise gathers, in
+    lockstep) and get the numbers of the gathered model."""
+    gathered, layerwise = (
+        launches.case("zero3", "eval_callbacks")[0],
+        launches.case("zero3", "eval_callbacks_no_ds3_gather")[0],
+    )
+    assert layerwise["pass_at_k"] == gathered["pass_at_k"] and layerwise["pass_at_k"]
+    for (_, got), (_, want) in zip(layerwise["boundary"], gathered["boundary"]):
+        assert got == pytest.approx(want, abs=1e-5, nan_ok=True)
+
+
 # ---------------------------------------------------------------------------------------------- stock when off
 @pytest.mark.parametrize("mode", ["zero2", "zero3", "fsdp2"])
 def test_options_off_equal_stock_trl_to_the_bit(launches, mode):
     ours, stock = launches.case(mode, "grpo_none")[0], launches.case(mode, "grpo_stock")[0]
     assert ours["logs"] == stock["logs"] and ours["param_digest"] == stock["param_digest"]
-    if "dpo_stock" in launches(mode)[0]:
-        ours, stock = launches.case(mode, "isdpo_off")[0], launches.case(mode, "dpo_stock")[0]
-        assert ours["logs"] == stock["logs"] and ours["param_digest"] == stock["param_digest"]
+    ours, stock = launches.case(mode, "isdpo_off")[0], launches.case(mode, "dpo_stock")[0]
+    assert ours["logs"] == stock["logs"] and ours["param_digest"] == stock["param_digest"]
 
 
 # ---------------------------------------------------------------------------------------------- LoRA inits
@@ -225,7 +241,7 @@ def _single_process_init(model_path: str, method: str, zero3: bool) -> dict[str,
     return {n: p.detach() for n, p in peft_model.named_parameters()}
 
 
-@pytest.mark.parametrize("mode", SHARDED)
+@pytest.mark.parametrize("mode", ALL_SHARDED)
 @pytest.mark.parametrize("trainer, method", [*(("grpo", m) for m in LORA_METHODS), ("isdpo", "rlpo")])
 def test_lora_init_on_sharded_parameters_equals_single_process(launches, tiny_model_path, mode, trainer, method):
     name = f"lora_{method}" if trainer == "grpo" else f"isdpo_lora_{method}"
@@ -234,9 +250,10 @@ def test_lora_init_on_sharded_parameters_equals_single_process(launches, tiny_mo
     if mode == "zero3":  # the init ran on partitioned weights (ZeRO-3 zero.Init at load): gathered layer by layer
         assert seen["all_partitioned"] and seen["local_numel"] == 0, seen
         assert seen["ds_local_numel"] * 2 == math.prod(seen["ds_shape"]), seen
-    else:  # FSDP2 shards at accelerator.prepare (in train()): the init ran on each rank's full weights
+    else:  # ZeRO-2 does not partition parameters; FSDP2 shards them at accelerator.prepare (in train()), after the
+        # init, which ran on each rank's full weights
         assert not seen["has_ds_id"] and not seen["is_meta"], seen
-        assert left["sharding"]["all_dtensor"], left["sharding"]
+        assert left["sharding"]["all_dtensor"] == (mode == "fsdp2"), left["sharding"]
     assert left["lora_digest"] == right["lora_digest"]  # identical on every rank
     saved = torch.load(Path(launches.root) / mode / f"lora_{trainer}_{method}.pt")
     expected = _single_process_init(tiny_model_path, method, zero3=mode == "zero3")
@@ -277,5 +294,7 @@ def test_refusals(launches):
     export = launches.case("fsdp2", "refuse_lora_export_fsdp")[0]["refused"] or ""
     assert "export_converted_adapter" in export, export
     for mode in ("zero2", "zero3"):
+        if importlib.util.find_spec("deepspeed") is None:
+            continue
         refused = launches.case(mode, "refuse_self_deepspeed")[0]["refused"] or ""
         assert "curation_self_allow_zero_grad_steps" in refused, refused
