@@ -4,8 +4,8 @@ One ``accelerate launch`` per mode runs every case in the same two processes (te
 a JSON per rank; the tests below only read them. Launches are shared by all tests (and all xdist workers: a file
 lock makes the first one run it) and start only when a test needs that mode:
 
-    ddp    multi_gpu.yaml          main
-    zero2  deepspeed_zero2.yaml    main (cases, then a run killed with SIGKILL in step 3), resume
+    ddp    multi_gpu.yaml          main (cases, then a run killed with SIGKILL in step 3), resume
+    zero2  deepspeed_zero2.yaml    main, resume
     zero3  deepspeed_zero3.yaml    main, resume
     fsdp2  fsdp2.yaml              main, resume   (FSDP relabel in the harness: docs/design/CPU_STACK.md section 4)
 
@@ -42,7 +42,17 @@ SHARDED = ("zero3", "fsdp2")  # the modes that shard parameters
 ALL_SHARDED = ("zero2", "zero3", "fsdp2")  # ZeRO-2 shards optimizer state and gradients only
 LORA_METHODS = ("rlpo", "rlmo", "pissa", "milora")
 # The options compared with DDP, case by case (tests/sharding/harness.py)
-DDP_CASES = ("grpo_none", "nsr", "nsr_expected", "self", "pass_rate", "dynamic_sampling", "eval_callbacks", "isdpo")
+DDP_CASES = (
+    "grpo_none",
+    "nsr",
+    "nsr_expected",
+    "self",
+    "pass_rate",
+    "dynamic_sampling",
+    "eval_callbacks",
+    "isdpo",
+    "resume_uninterrupted",  # NSR + pass-rate curation + dynamic sampling together, 4 steps
+)
 TIMEOUT = 1200
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -81,7 +91,7 @@ class Launches:
                 if not done.exists():
                     proc = _launch(mode, phase, self.model_path, out)
                     killed = [out / f"killed_rank{r}" for r in (0, 1)]
-                    if phase == "main" and mode != "ddp":  # ends with the kill run: SIGKILL, so a failing exit
+                    if phase == "main":  # ends with the kill run: SIGKILL, so a failing exit
                         assert all(k.exists() for k in killed), f"{mode}: the kill run did not die in step 3:\n" + (
                             _tail(out / f"{phase}.log")
                         )
@@ -264,7 +274,7 @@ def test_lora_init_on_sharded_parameters_equals_single_process(launches, tiny_mo
 
 
 # ---------------------------------------------------------------------------------------------- kill and resume
-@pytest.mark.parametrize("mode", ["zero2", "zero3", "fsdp2"])
+@pytest.mark.parametrize("mode", ["ddp", "zero2", "zero3", "fsdp2"])
 def test_killed_at_step_2_resumes_to_the_bit(launches, mode):
     """SIGKILL of both processes in step 3 (after checkpoint-2 is written), resume: steps 3-4 equal the uninterrupted
     run's to the bit, with NSR (per-rank generators), pass-rate curation and dynamic sampling (shared state) on."""

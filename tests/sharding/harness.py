@@ -7,8 +7,8 @@ Launched by tests/test_sharding.py with the package's own accelerate configs, e.
 
 (``--mixed_precision no``: the comparisons with DDP are in float32; the configs say bf16 for GPUs.)
 
-Modes: ``ddp`` (multi_gpu.yaml), ``zero2``, ``zero3``, ``fsdp2``. Phases: ``main`` (every case, then, except for
-ddp, a run that kills both processes with SIGKILL in step 3, after the step-2 checkpoint is written) and ``resume``
+Modes: ``ddp`` (multi_gpu.yaml), ``zero2``, ``zero3``, ``fsdp2``. Phases: ``main`` (every case, then a run that
+kills both processes with SIGKILL in step 3, after the step-2 checkpoint is written) and ``resume``
 (the killed run resumed from that checkpoint). Each rank writes ``<out_dir>/<phase>_rank<k>.json`` after every case,
 and ``lora_<method>_rank<k>.pt`` (the initialised LoRA factors and base weights, gathered).
 
@@ -508,12 +508,11 @@ def main() -> None:
     if PHASE == "main":
         for name in PER_MODE[MODE]:
             record(name, CASES[name])
-        if MODE != "ddp":
-            record("resume_uninterrupted", lambda: resume_summary(resume_run()))
-            if ONLY is None or "resume_killed" in ONLY:
-                KILLING = True
-                resume_run()  # dies in step 3 (resume_reward); never returns
-                RESULTS["resume_killed"] = {"error": "the kill run was not killed"}
+        record("resume_uninterrupted", lambda: resume_summary(resume_run()))
+        if ONLY is None or "resume_killed" in ONLY:
+            KILLING = True
+            resume_run()  # dies in step 3 (resume_reward); never returns
+            RESULTS["resume_killed"] = {"error": "the kill run was not killed"}
     else:
         checkpoint = os.path.join(OUT, "main_resume_killed", f"checkpoint-{KILL_STEP}")
         record("resume_resumed", lambda: resume_summary(resume_run(checkpoint)))
