@@ -251,7 +251,7 @@ def _single_process_init(model_path: str, method: str, zero3: bool) -> dict[str,
     return {n: p.detach() for n, p in peft_model.named_parameters()}
 
 
-@pytest.mark.parametrize("mode", ALL_SHARDED)
+@pytest.mark.parametrize("mode", ["ddp", *ALL_SHARDED])
 @pytest.mark.parametrize("trainer, method", [*(("grpo", m) for m in LORA_METHODS), ("isdpo", "rlpo")])
 def test_lora_init_on_sharded_parameters_equals_single_process(launches, tiny_model_path, mode, trainer, method):
     name = f"lora_{method}" if trainer == "grpo" else f"isdpo_lora_{method}"
@@ -260,7 +260,7 @@ def test_lora_init_on_sharded_parameters_equals_single_process(launches, tiny_mo
     if mode == "zero3":  # the init ran on partitioned weights (ZeRO-3 zero.Init at load): gathered layer by layer
         assert seen["all_partitioned"] and seen["local_numel"] == 0, seen
         assert seen["ds_local_numel"] * 2 == math.prod(seen["ds_shape"]), seen
-    else:  # ZeRO-2 does not partition parameters; FSDP2 shards them at accelerator.prepare (in train()), after the
+    else:  # DDP and ZeRO-2 do not partition parameters; FSDP2 shards them at accelerator.prepare (in train()), after the
         # init, which ran on each rank's full weights
         assert not seen["has_ds_id"] and not seen["is_meta"], seen
         assert left["sharding"]["all_dtensor"] == (mode == "fsdp2"), left["sharding"]

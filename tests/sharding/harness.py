@@ -485,9 +485,7 @@ CASES = {
     "isdpo": case_isdpo,
 }
 PER_MODE = {  # the cases each mode runs
-    "ddp": [
-        c for c in CASES if not c.startswith("lora_") and c not in ("isdpo_lora_rlpo", "eval_callbacks_no_ds3_gather")
-    ],
+    "ddp": [c for c in CASES if c != "eval_callbacks_no_ds3_gather"],
     "zero2": [*(c for c in CASES if c != "eval_callbacks_no_ds3_gather"), "refuse_self_deepspeed"],
     "zero3": [*CASES, "refuse_self_deepspeed"],
     "fsdp2": [
