@@ -221,6 +221,24 @@ def test_zero3_evaluation_without_gathering_equals_gathered(launches):
         assert got == pytest.approx(want, abs=1e-5, nan_ok=True)
 
 
+@pytest.mark.parametrize("mode", ALL_SHARDED)
+def test_self_empty_step(launches, mode):
+    """A SELF step that keeps no prompt: skipped under FSDP2 as under DDP (same parameters and optimizer state), but
+    run with zero gradients under DeepSpeed (Adam's step count moves, so the next updates differ): what the refusal
+    of DeepSpeed + SELF without `curation_self_allow_zero_grad_steps` is about."""
+    ddp, sharded = launches.case("ddp", "self_skip")[0], launches.case(mode, "self_skip")[0]
+    assert ddp["logs"][0]["curation/step_skipped"] == 1 and ddp["logs"][1]["curation/step_skipped"] == 0
+    assert [log["curation/step_skipped"] for log in sharded["logs"]] == [
+        log["curation/step_skipped"] for log in ddp["logs"]
+    ]
+    if mode == "fsdp2":
+        assert_logs_close(sharded["logs"], ddp["logs"], 1e-5, "fsdp2 vs ddp, self_skip")
+        assert sharded["param_abs_sum"] == pytest.approx(ddp["param_abs_sum"], rel=1e-6)
+    else:
+        assert_logs_close(sharded["logs"][:2], ddp["logs"][:2], 1e-5, f"{mode} vs ddp, self_skip up to the update")
+        assert sharded["param_abs_sum"] != pytest.approx(ddp["param_abs_sum"], rel=1e-6)
+
+
 # ---------------------------------------------------------------------------------------------- stock when off
 @pytest.mark.parametrize("mode", ["zero2", "zero3", "fsdp2"])
 def test_options_off_equal_stock_trl_to_the_bit(launches, mode):

@@ -273,13 +273,15 @@ def curation_state(trainer) -> dict:
     return {"state": trainer._curation_state.state_dict(), "sampler": trainer._curation_sampler.state_dict()}
 
 
-def case_self():
+def case_self(name="self", reward=third_reward, num_generations=2):
+    """SELF; ``self_skip``: 2 prompts per step, right half of the time, so that the first step keeps no prompt and is
+    skipped (DDP, FSDP2) or runs with zero gradients (DeepSpeed, with the opt-in)."""
     data = Dataset.from_dict({"prompt": [f"{i}*{i + 3}=" for i in range(12)]})
     trainer = grpo_run(
-        "self",
-        reward=third_reward,
+        name,
+        reward=reward,
         data=data,
-        num_generations=2,
+        num_generations=num_generations,
         curation="self",
         curation_self_recheck_steps=2,
         max_steps=3,
@@ -474,6 +476,7 @@ CASES = {
     "nsr": case_nsr,
     "nsr_expected": lambda: case_nsr("nsr_expected"),
     "self": case_self,
+    "self_skip": lambda: case_self("self_skip", parity_reward, num_generations=4),
     "pass_rate": case_pass_rate,
     "dynamic_sampling": case_dynamic_sampling,
     "eval_callbacks": case_eval_callbacks,
