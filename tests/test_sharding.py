@@ -126,7 +126,9 @@ def assert_logs_close(got: list[dict], want: list[dict], atol: float, what: str)
         assert set(g) == set(w), f"{what} step {step}: keys differ: {set(g) ^ set(w)}"
         for key in w:
             a, b = g[key], w[key]
-            if isinstance(b, float) and math.isnan(b):
+            if b is None:  # e.g. reward means of a step that kept no prompt
+                assert a is None, f"{what} step {step} {key}: {a} vs None"
+            elif isinstance(b, float) and math.isnan(b):
                 assert isinstance(a, float) and math.isnan(a), f"{what} step {step} {key}: {a} vs nan"
             else:
                 assert a == pytest.approx(b, abs=atol, rel=0), f"{what} step {step} {key}: {a} vs {b}"
