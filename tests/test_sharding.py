@@ -283,6 +283,8 @@ def test_lora_init_on_sharded_parameters_equals_single_process(launches, tiny_mo
     else:  # DDP and ZeRO-2 do not partition parameters; FSDP2 shards them at accelerator.prepare (in train()), after the
         # init, which ran on each rank's full weights
         assert not seen["has_ds_id"] and not seen["is_meta"], seen
+        # every rank held the checkpoint's weights (not placeholders awaiting rank 0's broadcast) when the init ran
+        assert seen["weight_abs_sum"] == right["seen_at_init"]["weight_abs_sum"] > 0, (seen, right["seen_at_init"])
         assert left["sharding"]["all_dtensor"] == (mode == "fsdp2"), left["sharding"]
     assert left["lora_digest"] == right["lora_digest"]  # identical on every rank
     saved = torch.load(Path(launches.root) / mode / f"lora_{trainer}_{method}.pt")

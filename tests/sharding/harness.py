@@ -336,6 +336,7 @@ def lora_case(method, trainer_kind="grpo"):
             has_ds_id=hasattr(p, "ds_id"),
             local_numel=p.numel(),
             is_meta=p.is_meta,
+            weight_abs_sum=None if p.is_meta or p.numel() == 0 else p.detach().double().abs().sum().item(),
             ds_shape=list(p.ds_shape) if hasattr(p, "ds_shape") else None,
             ds_local_numel=p.ds_tensor.numel() if hasattr(p, "ds_tensor") else None,
             all_partitioned=all(hasattr(q, "ds_id") and q.numel() == 0 for _, q in weights),
