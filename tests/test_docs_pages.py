@@ -92,7 +92,9 @@ def test_marked_blocks_say_so_in_words(page):
         note = _VISIBLE_NOTE.search(block.preceding_text.rstrip("\n") + "\n\n")
         assert note, f"{block.where}: marked '{block.mark}' without an admonition right above the mark"
         title = note["title"].lower()
-        expected = {"skip": ("gpu", "hub", "minutes", "your", "vllm"), "clone": ("clone",), "gpu": ("gpu",)}[block.mark]
+        expected = {"skip": ("gpu", "hub", "minutes", "your", "vllm"), "clone": ("clone",), "gpu": ("gpu",)}[
+            block.mark
+        ]
         assert any(word in title for word in expected), f"{block.where}: the note {note['title']!r} does not say why"
         if block.mark == "skip":
             assert block.reason, f"{block.where}: say why in the mark: <!-- docs-test: skip (why) -->"

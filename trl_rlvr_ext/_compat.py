@@ -136,3 +136,48 @@ def check_training_values(args) -> None:
         value = getattr(args, name)
         if not (isinstance(value, int) and value >= 1):
             raise ValueError(f"{name} must be a whole number >= 1, got {value!r}.")
+
+
+# ---------------------------------------------------------------- FSDP asked for, DDP run (accelerate)
+# accelerate turns its FSDP plugin on only for these distributed types (accelerate 1.15 `AcceleratorState`); for any
+# other multi-process type, e.g. MULTI_CPU (`use_cpu=True`), it silently runs plain DDP instead.
+_FSDP_CAPABLE_TYPES = (
+    "FSDP",
+    "MULTI_GPU",
+    "MULTI_MLU",
+    "MULTI_SDAA",
+    "MULTI_MUSA",
+    "MULTI_NPU",
+    "MULTI_XPU",
+    "MULTI_HPU",
+    "MULTI_NEURON",
+)
+
+
+def fsdp_requested(args) -> bool:
+    """Whether FSDP is asked for: by an accelerate launch with an FSDP config (``ACCELERATE_USE_FSDP``) or by the
+    trainer config's ``fsdp`` field."""
+    import os
+
+    return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" or bool(getattr(args, "fsdp", None))
+
+
+def check_fsdp_really_runs(args, trainer_name: str) -> None:
+    """Refuse a run where FSDP is asked for but accelerate would silently run DDP (called before any model is built).
+
+    With several processes whose distributed type accelerate does not shard (MULTI_CPU: ``use_cpu=True``), accelerate
+    drops the FSDP plugin without a word and every rank trains a full replica: memory, speed and the saved checkpoint
+    format are then not what the config says.
+    """
+    if not fsdp_requested(args):
+        return
+    state = args.distributed_state
+    kind = getattr(state.distributed_type, "value", str(state.distributed_type))
+    if state.num_processes > 1 and kind not in _FSDP_CAPABLE_TYPES:
+        raise ValueError(
+            f"{trainer_name}: FSDP is requested (accelerate FSDP config / ACCELERATE_USE_FSDP=true, or `fsdp` in the "
+            f"config) but this {state.num_processes}-process run is {kind}, for which accelerate silently drops the FSDP "
+            "plugin and runs plain DDP (every rank a full replica). This happens with use_cpu=True: accelerate shards "
+            "only on accelerators (GPU, XPU, NPU, HPU, ...). Run on accelerators, or launch with a DDP config "
+            "(multi_gpu.yaml) if replicas are what you want."
+        )

@@ -55,7 +55,7 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
             builds the PeftModel itself, so the reference log-probs are the original model's for every init.
         lora_init_kwargs (`dict`, *optional*):
             Options of the init (`solver`, `oversampling`, `niter`, `seed`, `requantize`, `show_progress`,
-            `initial_adapter_dir`, `save_initial_adapter`); see `trl_rlvr_ext.lora_init`.
+            `initial_adapter_dir`, `save_initial_adapter`, `export_converted_adapter`); see `trl_rlvr_ext.lora_init`.
 
     Notes:
         - `loss_type` may be any per-pair TRL loss or mixture (`loss_weights`); `aot` and `aot_unpaired` sort the

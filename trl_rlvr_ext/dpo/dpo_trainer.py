@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import torch
 from trl import DPOConfig, DPOTrainer
 
-from .._compat import resolve_trainer_config
+from .._compat import check_fsdp_really_runs, resolve_trainer_config
 from .._trl import load_copy
 from ..losses.is_daa import is_daa_clip, is_daa_log_weights, is_daa_weight_stats
 from .behavior import (
@@ -101,6 +101,7 @@ class ISDPOTrainer(DPOTrainer):
             "importance_sampling=True with the paper's cap, what this trainer adds; pass an ISDPOConfig with "
             "importance_sampling=False for stock DPO",
         )
+        check_fsdp_really_runs(args, type(self).__name__)
         # Whether the datasets carry behaviour log-probs, by dataset name; set by `_prepare_dataset` during __init__
         self._behavior_columns: dict[str, bool] = {}
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original

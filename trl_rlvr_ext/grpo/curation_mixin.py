@@ -151,12 +151,14 @@ class CurationMixin(CheckpointStateMixin):
                 "setting of the run that saved it.",
             )
         )
-        if self.is_deepspeed_enabled and controller.mode == "self":
-            logger.warning(
+        if self.is_deepspeed_enabled and controller.mode == "self" and not args.curation_self_allow_zero_grad_steps:
+            # Refused, not warned: the run would silently differ from the same run without DeepSpeed.
+            raise ValueError(
                 "curation='self' under DeepSpeed: DeepSpeed steps its optimizer inside backward, so an optimizer step "
-                "whose window kept no prompt cannot be skipped: it runs with zero gradients, and momentum and weight "
-                "decay still move the parameters. Without DeepSpeed such a step leaves parameters and optimizer state "
-                "untouched."
+                "whose window kept no prompt cannot be skipped: it would run with zero gradients, and momentum and "
+                "weight decay would still move the parameters (without DeepSpeed such a step leaves parameters and "
+                "optimizer state untouched). Set curation_self_allow_zero_grad_steps=True to accept that, or use "
+                "FSDP2 / DDP."
             )
 
     def _curation_check_loss_terms(self):

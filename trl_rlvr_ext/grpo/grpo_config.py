@@ -80,6 +80,11 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             `"self"`: decode the greedy answers in the same `generate` call as the samples (one extra row per prompt,
             forced to its argmax), instead of a separate greedy call. Applies to transformers generation with the
             default greedy budget; vLLM uses a separate greedy call.
+        curation_self_allow_zero_grad_steps (`bool`, *optional*, defaults to `False`):
+            `"self"` under DeepSpeed: accept that an optimizer step whose window kept no prompt runs with zero
+            gradients (DeepSpeed steps inside backward, so the step cannot be skipped; momentum and weight decay
+            still move the parameters). Without it, `"self"` under DeepSpeed is refused at trainer init. Elsewhere
+            (DDP, FSDP2, one process) such a step is skipped and this has no effect.
         curation_pass_rate_target (`str`, *optional*, defaults to `"mid"`):
             `"pass_rate"`: `"mid"` weights prompts by 4p(1-p) (groups with 0 < p < 1 carry GRPO signal), `"low"` by
             1-p (the hardest first).
@@ -102,7 +107,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             setting: `"rlpo"` with r = 16, α = 32, learning rate 1e-5.
         lora_init_kwargs (`dict`, *optional*):
             Options of the init: `solver`, `oversampling`, `niter`, `seed` (defaults to `seed`), `requantize`,
-            `show_progress`, `initial_adapter_dir`, `save_initial_adapter`. See `trl_rlvr_ext.lora_init`.
+            `show_progress`, `initial_adapter_dir`, `save_initial_adapter`, `export_converted_adapter`. See `trl_rlvr_ext.lora_init`.
 
         reward_timeout (`float` or `None`, *optional*, defaults to `10.0`):
             Seconds a verifier may spend on one completion before the completion is scored 0.0 (counted in the
@@ -207,6 +212,14 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     curation_self_fused_greedy: bool = field(
         default=True,
         metadata={"help": "'self': decode the greedy answers in the sampling `generate` call (transformers only)."},
+    )
+    curation_self_allow_zero_grad_steps: bool = field(
+        default=False,
+        metadata={
+            "help": "'self' under DeepSpeed: accept that a window with no kept prompt runs an optimizer step with zero "
+            "gradients (momentum and weight decay still move the parameters) instead of being skipped. Without it "
+            "DeepSpeed + 'self' is refused."
+        },
     )
     curation_pass_rate_target: str = field(
         default="mid",

@@ -9,7 +9,7 @@ from typing import ClassVar
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
-from .._compat import resolve_trainer_config
+from .._compat import check_fsdp_really_runs, resolve_trainer_config
 from .._trl import load_copy
 from ..losses.clip_recovery import clip_recovery_objective
 from ..rewards.guard import guard_reward_funcs
@@ -64,6 +64,7 @@ class RLVRGRPOTrainer(
         # Before any model loads: reward names resolved (never a hub look-up), the columns they read checked
         reward_funcs = resolve_reward_names(reward_funcs)
         check_grpo_inputs(args, reward_funcs, kwargs.get("train_dataset"), kwargs.get("eval_dataset"))
+        check_fsdp_really_runs(args, type(self).__name__)
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original
             from ..lora_init.integration import apply_lora_init_to_trainer_arguments
 

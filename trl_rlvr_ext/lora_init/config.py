@@ -22,7 +22,7 @@ class LoraInitArguments:
         default=None,
         metadata={
             "help": "Options of `lora_init` as a dict (or JSON string): solver, oversampling, niter, seed, requantize, "
-            "show_progress, initial_adapter_dir, save_initial_adapter."
+            "show_progress, initial_adapter_dir, save_initial_adapter, export_converted_adapter."
         },
     )
 

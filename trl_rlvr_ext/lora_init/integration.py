@@ -14,6 +14,7 @@ from typing import NamedTuple
 from peft import LoraConfig, PeftModel
 from transformers import set_seed
 
+from .._compat import fsdp_requested
 from .api import get_peft_model_with_init
 from .options import TRAINER_OPTIONS, check_method, check_options, rewrites_base
 from .saving import INITIAL_ADAPTER_DIRNAME, LoraInitCallback, save_initial_adapter
@@ -87,7 +88,8 @@ def prepare_model_for_trainer(model, peft_config, args, quantization_config=None
     Returns:
         ``PreparedModel(model=peft_model, peft_config=None, quantization_config=None, callbacks=...)``. For residual
         inits the adapter at init is saved to ``<output_dir>/lora_init_adapter`` (option ``initial_adapter_dir``;
-        ``save_initial_adapter=False`` to skip), which the callback needs to write adapters for the original base.
+        ``save_initial_adapter=False`` to skip), which the callback needs to write adapters for the original base
+        (``export_converted_adapter=False``: no callback; required under FSDP, refused otherwise).
     """
     method = check_method(args.lora_init)
     options = dict(args.lora_init_kwargs or {})
@@ -111,6 +113,19 @@ def prepare_model_for_trainer(model, peft_config, args, quantization_config=None
             "lora_init with a PeftModel and a peft_config: pass the base model (the adapter is created from peft_config)."
         )
     trainer_options = {key: options.pop(key) for key in TRAINER_OPTIONS if key in options}
+    export = rewrites_base(method) and trainer_options.get("save_initial_adapter", True)
+    export = export and trainer_options.get("export_converted_adapter", True)
+    if export and fsdp_requested(args):
+        # Refused before loading anything: the export would have to load the initial adapter into the FSDP-sharded
+        # model, which PEFT's conversion cannot do, so it could only be skipped.
+        raise ValueError(
+            f"lora_init={args.lora_init!r} rewrites the base weights, and under FSDP the adapter for the original base "
+            "model cannot be written next to each checkpoint (the parameters are sharded DTensors; PEFT's conversion "
+            "loads the initial adapter into the model). Set lora_init_kwargs={'export_converted_adapter': False}: "
+            f"the adapter at init is still saved to <output_dir>/{INITIAL_ADAPTER_DIRNAME}; after training, load the "
+            "final adapter onto the residual base in one process and call "
+            "trl_rlvr_ext.lora_init.save_converted_adapter. Or use 'rlpo'/'rlmo' (base untouched)."
+        )
     if isinstance(model, str):
         model = _load_model(model, args, quantization_config)
         quantization_config = None
@@ -128,5 +143,6 @@ def prepare_model_for_trainer(model, peft_config, args, quantization_config=None
             args.output_dir, INITIAL_ADAPTER_DIRNAME
         )
         save_initial_adapter(peft_model, directory, is_main_process=args.should_save)
-        callbacks = [*(callbacks or []), LoraInitCallback()]
+        if export:
+            callbacks = [*(callbacks or []), LoraInitCallback()]
     return PreparedModel(peft_model, None, None, callbacks)

@@ -59,7 +59,7 @@ OPTION_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 DEFAULT_OPTIONS = {"oversampling": 32, "niter": 12, "seed": 0, "requantize": False, "show_progress": True}
 # Options only read by the trainer integration (not by `init_lora` itself).
-TRAINER_OPTIONS = {"initial_adapter_dir": str, "save_initial_adapter": bool}
+TRAINER_OPTIONS = {"initial_adapter_dir": str, "save_initial_adapter": bool, "export_converted_adapter": bool}
 
 
 def normalize_method(method) -> str:

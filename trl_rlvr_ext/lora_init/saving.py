@@ -13,7 +13,6 @@ init time, saved before training (``save_initial_adapter``).
 
 import json
 import os
-import warnings
 
 from peft import PeftModel
 from peft.utils.integrations import gather_params_ctx
@@ -125,26 +124,22 @@ class LoraInitCallback(TrainerCallback):
     The checkpoint itself keeps PEFT's usual adapter (relative to the residual base), which is what resuming needs:
     the trainer re-creates the residual base by re-running the (deterministic) init, then loads the checkpoint.
     ``<checkpoint>/adapter_for_base_model/`` and, at the end of training, ``<output_dir>/adapter_for_base_model/``
-    hold the converted adapter. Skipped with a warning under FSDP (sharded parameters): convert offline with
-    ``save_converted_adapter``.
+    hold the converted adapter. Under FSDP (sharded parameters) it raises: the trainers refuse that set-up at init
+    (``export_converted_adapter=False``); convert offline with ``save_converted_adapter``.
     """
 
     def __init__(self, adapter_name: str = "default"):
         self.adapter_name = adapter_name
-        self._warned = False
 
     def _export(self, model, directory, args, state):
         if model is None or get_lora_init_info(model, self.adapter_name) is None:
             return
         if any(type(p).__name__ == "DTensor" for p in model.parameters()):
-            if not self._warned:
-                warnings.warn(
-                    "LoraInitCallback: parameters are sharded (FSDP); not writing the adapter for the original base "
-                    "model. Convert offline with trl_rlvr_ext.lora_init.save_converted_adapter.",
-                    stacklevel=2,
-                )
-                self._warned = True
-            return
+            raise RuntimeError(
+                "LoraInitCallback cannot write the adapter for the original base model: the parameters are sharded "
+                "(FSDP). Train with lora_init_kwargs={'export_converted_adapter': False} and convert offline with "
+                "trl_rlvr_ext.lora_init.save_converted_adapter."
+            )
         save_converted_adapter(
             model,
             os.path.join(directory, CONVERTED_ADAPTER_DIRNAME),

@@ -1,0 +1,529 @@
+"""One 2-process launch per sharding mode that runs a sequence of small trainer runs in the same processes.
+
+Launched by tests/test_sharding.py with the package's own accelerate configs, e.g.
+
+    accelerate launch --config_file trl_rlvr_ext/recipes/accelerate_configs/deepspeed_zero3.yaml --num_processes 2 \
+        --mixed_precision no --main_process_port <free> tests/sharding/harness.py zero3 main <model> <out_dir>
+
+(``--mixed_precision no``: the comparisons with DDP are in float32; the configs say bf16 for GPUs.)
+
+Modes: ``ddp`` (multi_gpu.yaml), ``zero2``, ``zero3``, ``fsdp2``. Phases: ``main`` (every case, then a run that
+kills both processes with SIGKILL in step 3, after the step-2 checkpoint is written) and ``resume``
+(the killed run resumed from that checkpoint). Each rank writes ``<out_dir>/<phase>_rank<k>.json`` after every case,
+and rank 0 writes ``lora_<trainer>_<method>.pt`` (the initialised LoRA factors and base weights, gathered).
+
+Test-harness device, not package behaviour (docs/design/CPU_STACK.md section 4): on CPU accelerate silently runs an
+FSDP config as DDP, so for ``fsdp2`` the distributed type is relabelled MULTI_GPU right after each config is built;
+the device stays CPU and the process group gloo. Without the relabel the trainers refuse (one case checks it).
+"""
+
+import hashlib
+import json
+import os
+import signal
+import sys
+import traceback
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from accelerate.state import AcceleratorState
+from accelerate.utils import DistributedType
+from datasets import Dataset
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM, TrainerCallback
+from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer
+
+from trl_rlvr_ext import ISDPOConfig, ISDPOTrainer, RLVRGRPOConfig, RLVRGRPOTrainer
+from trl_rlvr_ext.evaluation import PassAtKCallback
+from trl_rlvr_ext.evaluation.boundary import BoundaryProbeCallback
+from trl_rlvr_ext.lora_init import api as lora_api
+from trl_rlvr_ext.toy.preference import make_toy_preference_dataset
+
+
+MODE, PHASE, MODEL, OUT = sys.argv[1:5]
+ONLY = set(sys.argv[5].split(",")) if len(sys.argv) > 5 else None  # debugging: run these cases only
+RANK = int(os.environ["RANK"])
+LORA_METHODS = ("rlpo", "rlmo", "pissa", "milora")
+KILL_STEP = 2  # the kill run saves checkpoint-2, then dies in step 3; the resumed steps 3 and 4 are compared
+
+
+# ---------------------------------------------------------------------------------------------- rewards and data
+def dense_reward(completions, **kwargs):
+    """Dense and deterministic per completion, so every group has a spread (non-zero advantages)."""
+    return [sum(map(ord, c)) % 13 / 13 for c in completions]
+
+
+def parity_reward(completions, curation_row, **kwargs):
+    """Verifiable per (prompt, completion): right on some prompts only, so curation has both outcomes."""
+    return [float((row + sum(map(ord, c))) % 2 == 0) for row, c in zip(curation_row, completions)]
+
+
+def third_reward(completions, curation_row, **kwargs):
+    """Right about a third of the time: with 4 prompts per step SELF rarely drops a whole step (a dropped step runs
+    with zero gradients under DeepSpeed but is skipped elsewhere, so the comparison with DDP needs none)."""
+    return [float((row + sum(map(ord, c))) % 3 == 0) for row, c in zip(curation_row, completions)]
+
+
+def half_constant_reward(prompts, completions, **kwargs):
+    """Odd prompts: constant groups (dynamic sampling drops them); even prompts: a spread."""
+    return [
+        0.5 if int(p.split("+")[0]) % 2 else sum(map(ord, c)) % 997 / 997 + 0.001 * len(c)
+        for p, c in zip(prompts, completions)
+    ]
+
+
+def resume_reward(prompts, completions, trainer_state=None, **kwargs):
+    if PHASE == "main" and trainer_state is not None and trainer_state.global_step == KILL_STEP and KILLING:
+        with open(os.path.join(OUT, f"killed_rank{RANK}"), "w") as f:
+            f.write("killed in step 3, after checkpoint-2\n")
+        os.kill(os.getpid(), signal.SIGKILL)  # a real kill: no Python clean-up, the other rank dies too
+    return [
+        float((int(p.split("+")[0]) + sum(map(ord, c))) % 3 == 0) + sum(map(ord, c)) % 7 / 10
+        for p, c in zip(prompts, completions)
+    ]
+
+
+KILLING = False
+
+
+def prompts(n=16):
+    return Dataset.from_dict({"prompt": [f"{i}+{2 * i}=" for i in range(n)]})
+
+
+# ---------------------------------------------------------------------------------------------- set-up
+def config(cls, **kwargs):
+    """A trainer config for this launch. accelerate's state singletons are reset first, so that each trainer of the
+    sequence starts from a clean state. (Not needed with accelerate 1.15 / transformers 5.24: without the reset the
+    sequence ran too, with bit-identical results; kept so that a later accelerate cannot carry state over.)"""
+    AcceleratorState._reset_state(reset_partial_state=True)
+    relabel = kwargs.pop("relabel", True)
+    args = cls(**kwargs)
+    if MODE == "fsdp2" and relabel:  # the test-harness relabel (module docstring)
+        args.distributed_state.distributed_type = DistributedType.MULTI_GPU
+    return args
+
+
+def grpo_kwargs(name, **overrides):
+    kwargs = {
+        "output_dir": os.path.join(OUT, f"{PHASE}_{name}"),
+        "per_device_train_batch_size": 4,  # 8 completions per step: 2 groups of 4 (or 4 of 2), whole groups per rank
+        "num_generations": 4,
+        "max_completion_length": 6,
+        "learning_rate": 0.05,
+        "max_steps": 2,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": True,
+        "bf16": False,
+        "gradient_checkpointing": False,
+        "seed": 0,
+    }
+    kwargs.update(overrides)
+    return kwargs
+
+
+def dpo_kwargs(name, **overrides):
+    kwargs = {
+        "output_dir": os.path.join(OUT, f"{PHASE}_{name}"),
+        "per_device_train_batch_size": 2,
+        "max_steps": 2,
+        "learning_rate": 1e-2,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": True,
+        "bf16": False,
+        "activation_checkpointing": False,
+        "max_length": 32,
+        "seed": 0,
+    }
+    kwargs.update(overrides)
+    return kwargs
+
+
+def lora_config():
+    return LoraConfig(r=4, lora_alpha=8, target_modules="all-linear")
+
+
+# ---------------------------------------------------------------------------------------------- evidence
+def is_dtensor(param) -> bool:
+    return type(param).__name__ == "DTensor"
+
+
+def full_params(trainer) -> dict[str, torch.Tensor]:
+    """Every parameter in full (ZeRO-3: gathered; FSDP2: DTensor.full_tensor()), the same on every rank."""
+    model = trainer.model
+    named = [(n, p) for n, p in model.named_parameters()]
+    if trainer.is_deepspeed_enabled and hasattr(named[0][1], "ds_id"):
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters([p for _, p in named]):
+            return {n: p.detach().clone() for n, p in named}
+    return {n: (p.full_tensor() if is_dtensor(p) else p).detach().clone() for n, p in named}
+
+
+def digest(tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        h.update(name.encode())
+        h.update(tensors[name].contiguous().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def sharding_of(trainer) -> dict:
+    """What the run really was: the engine / wrapper and how one attention weight is held on this rank."""
+    from torch.distributed.fsdp import FSDPModule
+
+    name, param = next((n, p) for n, p in trainer.model.named_parameters() if "q_proj" in n and "weight" in n)
+    out = {"param": name, "wrapped": type(trainer.model_wrapped).__name__, "model": type(trainer.model).__name__}
+    out["distributed_type"] = str(trainer.accelerator.distributed_type)
+    if trainer.is_deepspeed_enabled:
+        out["zero_stage"] = trainer.model_wrapped.zero_optimization_stage()
+    if hasattr(param, "ds_id"):
+        out.update(ds_shape=list(param.ds_shape), ds_local_numel=param.ds_tensor.numel(), ds_numel=param.ds_numel)
+    out["fsdp_module"] = isinstance(trainer.model, FSDPModule)
+    out["not_dtensor"] = [n for n, p in trainer.model.named_parameters() if not is_dtensor(p)]
+    out["all_dtensor"] = not out["not_dtensor"]
+    if is_dtensor(param):
+        out.update(
+            placements=[str(p) for p in param.placements],
+            local_shape=list(param.to_local().shape),
+            full_shape=list(param.shape),
+        )
+    return out
+
+
+def logs_of(trainer) -> list[dict]:
+    """The per-step logs, without wall-clock values."""
+    return [
+        {k: v for k, v in log.items() if "time" not in k and "per_second" not in k}
+        for log in trainer.state.log_history
+        if "loss" in log
+    ]
+
+
+class ShardingProbe(TrainerCallback):
+    """How the parameters are held at the end of the first optimizer step (before any evaluation callback runs)."""
+
+    def __init__(self, trainer):
+        self.trainer, self.sharding = trainer, None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.sharding is None:
+            self.sharding = sharding_of(self.trainer)
+
+
+def summary(trainer, sharding=None, **extra) -> dict:
+    params = full_params(trainer)
+    flat = torch.cat([p.double().flatten() for p in params.values()])
+    return {
+        "world_size": trainer.accelerator.num_processes,
+        # FSDP2 keeps the root module's parameters unsharded after a forward without backward (an evaluation
+        # callback's generate) until the next backward; the callbacks case reads them from a ShardingProbe instead
+        "sharding": sharding or sharding_of(trainer),
+        "logs": logs_of(trainer),
+        "param_digest": digest(params),
+        "param_sum": flat.sum().item(),
+        "param_abs_sum": flat.abs().sum().item(),
+        **extra,
+    }
+
+
+RESULTS: dict = {}
+
+
+def record(name: str, fn) -> None:
+    if ONLY is not None and name not in ONLY:
+        return
+    try:
+        RESULTS[name] = fn()
+    except Exception as error:  # noqa: BLE001 -- the test reports the case and its traceback
+        RESULTS[name] = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()}
+    with open(os.path.join(OUT, f"{PHASE}_rank{RANK}.json"), "w") as f:
+        json.dump(RESULTS, f, default=str)
+
+
+# ---------------------------------------------------------------------------------------------- GRPO cases
+def grpo_run(name, trainer_cls=RLVRGRPOTrainer, config_cls=RLVRGRPOConfig, reward=dense_reward, data=None, **opts):
+    trainer = trainer_cls(
+        model=MODEL, reward_funcs=reward, args=config(config_cls, **grpo_kwargs(name, **opts)), train_dataset=data
+    )
+    trainer.train()
+    return trainer
+
+
+def case_grpo_stock():
+    return summary(grpo_run("grpo_stock", GRPOTrainer, GRPOConfig, data=prompts(), num_iterations=2))
+
+
+def case_grpo_none():
+    return summary(grpo_run("grpo_none", data=prompts(), num_iterations=2))
+
+
+def case_nsr(mode="nsr"):
+    trainer = grpo_run(mode, data=prompts(), num_iterations=2, learning_rate=0.1, clip_recovery=mode)
+    generator = trainer._recovery_generator
+    return summary(trainer, generator_digest=hashlib.sha256(generator.get_state().numpy().tobytes()).hexdigest())
+
+
+def curation_state(trainer) -> dict:
+    return {"state": trainer._curation_state.state_dict(), "sampler": trainer._curation_sampler.state_dict()}
+
+
+def case_self(name="self", reward=third_reward, num_generations=2):
+    """SELF; ``self_skip``: 2 prompts per step, right half of the time, so that the first step keeps no prompt and is
+    skipped (DDP, FSDP2) or runs with zero gradients (DeepSpeed, with the opt-in)."""
+    data = Dataset.from_dict({"prompt": [f"{i}*{i + 3}=" for i in range(12)]})
+    trainer = grpo_run(
+        name,
+        reward=reward,
+        data=data,
+        num_generations=num_generations,
+        curation="self",
+        curation_self_recheck_steps=2,
+        max_steps=3,
+        curation_self_allow_zero_grad_steps=MODE in ("zero2", "zero3"),
+    )
+    return summary(trainer, curation=curation_state(trainer))
+
+
+def case_pass_rate():
+    data = Dataset.from_dict({"prompt": [f"{i}*{i + 3}=" for i in range(12)]})
+    trainer = grpo_run("pass_rate", reward=parity_reward, data=data, curation="pass_rate", max_steps=3)
+    return summary(trainer, curation=curation_state(trainer))
+
+
+def case_dynamic_sampling():
+    trainer = grpo_run(
+        "dynamic_sampling", reward=half_constant_reward, data=prompts(12), num_generations=2, dynamic_sampling=True
+    )
+    return summary(trainer, stream=trainer._ds_stream.state_dict())
+
+
+def case_eval_callbacks(**opts):
+    """PassAtK and Boundary callbacks on the sharded model (generation and forward passes in lockstep)."""
+    args = config(RLVRGRPOConfig, **grpo_kwargs("eval_callbacks", max_steps=1, **opts))
+    trainer = RLVRGRPOTrainer(model=MODEL, reward_funcs=dense_reward, args=args, train_dataset=prompts())
+    evaluation = Dataset.from_dict({"prompt": [f"{i}-1=" for i in range(5)]})
+    pass_at_k = PassAtKCallback(
+        evaluation, dense_reward, trainer=trainer, eval_steps=1, num_samples=2, max_new_tokens=4, correct_threshold=0.1
+    )
+    probes = [{"prompt": f"{i}+{i}=", "completion": str(2 * i)} for i in range(5)]
+    boundary = BoundaryProbeCallback(probes, trainer=trainer, eval_steps=1, batch_size=4)
+    probe = ShardingProbe(trainer)
+    trainer.add_callback(probe)
+    trainer.add_callback(pass_at_k)
+    trainer.add_callback(boundary)
+    trainer.train()
+    history = {"pass_at_k": [m for _, m in pass_at_k.history], "boundary": boundary.history}
+    return summary(trainer, sharding=probe.sharding, **history)
+
+
+# ---------------------------------------------------------------------------------------------- LoRA inits
+def lora_case(method, trainer_kind="grpo"):
+    """The init runs inside the trainer's constructor; the spy records how the base weights were held when it ran."""
+    seen = {}
+    original = lora_api.init_lora
+
+    def spy(peft_model, name, **options):
+        weights = [(n, p) for n, p in peft_model.named_parameters() if "base_layer.weight" in n]
+        n, p = weights[0]
+        seen.update(
+            param=n,
+            has_ds_id=hasattr(p, "ds_id"),
+            local_numel=p.numel(),
+            is_meta=p.is_meta,
+            weight_abs_sum=None if p.is_meta or p.numel() == 0 else p.detach().double().abs().sum().item(),
+            ds_shape=list(p.ds_shape) if hasattr(p, "ds_shape") else None,
+            ds_local_numel=p.ds_tensor.numel() if hasattr(p, "ds_tensor") else None,
+            all_partitioned=all(hasattr(q, "ds_id") and q.numel() == 0 for _, q in weights),
+        )
+        return original(peft_model, name, **options)
+
+    lora_api.init_lora = spy
+    try:
+        init_kwargs = {"show_progress": False}
+        if MODE == "fsdp2" and method in ("pissa", "milora"):  # required under FSDP (refuse_lora_export_fsdp)
+            init_kwargs["export_converted_adapter"] = False
+        options = {"lora_init": method, "lora_init_kwargs": init_kwargs, "learning_rate": 0.0}
+        if trainer_kind == "grpo":
+            args = config(RLVRGRPOConfig, **grpo_kwargs(f"lora_{method}", max_steps=1, **options))
+            trainer = RLVRGRPOTrainer(
+                model=MODEL, reward_funcs=dense_reward, args=args, train_dataset=prompts(), peft_config=lora_config()
+            )
+        else:
+            args = config(ISDPOConfig, **dpo_kwargs(f"isdpo_lora_{method}", max_steps=1, **options))
+            trainer = ISDPOTrainer(
+                model=MODEL, args=args, train_dataset=make_toy_preference_dataset(8, seed=0), peft_config=lora_config()
+            )
+    finally:
+        lora_api.init_lora = original
+    trainer.train()  # learning_rate 0: the weights after the step are the initialised ones, now sharded
+    params = full_params(trainer)
+    wanted = {n: p for n, p in params.items() if ("lora_" in n and ".default." in n) or "base_layer.weight" in n}
+    if RANK == 0:
+        torch.save(wanted, os.path.join(OUT, f"lora_{trainer_kind}_{method}.pt"))
+    return summary(trainer, seen_at_init=seen, lora_digest=digest(wanted), lora_keys=len(wanted))
+
+
+# ---------------------------------------------------------------------------------------------- IS-DPO
+def dpo_run(name, trainer_cls, config_cls, ref=True, **opts):
+    data = make_toy_preference_dataset(8, seed=0)
+    args = config(config_cls, **dpo_kwargs(name, **opts))
+    # ZeRO-3: the models are loaded after the config exists, so from_pretrained partitions them (zero.Init)
+    model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
+    ref_model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32) if ref else None
+    trainer = trainer_cls(model=model, ref_model=ref_model, args=args, train_dataset=data)
+    trainer.train()
+    return trainer
+
+
+def case_dpo_stock():
+    return summary(dpo_run("dpo_stock", DPOTrainer, DPOConfig))
+
+
+def case_isdpo_off():
+    return summary(dpo_run("isdpo_off", ISDPOTrainer, ISDPOConfig, importance_sampling=False))
+
+
+def case_isdpo():
+    return summary(dpo_run("isdpo", ISDPOTrainer, ISDPOConfig, importance_sampling=True, learning_rate=5e-2))
+
+
+# ---------------------------------------------------------------------------------------------- refusals
+def refusal(fn) -> dict:
+    try:
+        fn()
+    except (ValueError, TypeError, RuntimeError) as error:
+        return {"refused": f"{type(error).__name__}: {error}"}
+    return {"refused": None}
+
+
+def case_refuse_fsdp_fallback():
+    """FSDP asked through accelerate, but without the relabel accelerate runs DDP: the trainers must say so."""
+
+    def grpo():
+        args = config(RLVRGRPOConfig, relabel=False, **grpo_kwargs("refuse_fsdp"))
+        RLVRGRPOTrainer(model=MODEL, reward_funcs=dense_reward, args=args, train_dataset=prompts())
+
+    def dpo():
+        args = config(ISDPOConfig, relabel=False, **dpo_kwargs("refuse_fsdp_dpo"))
+        ISDPOTrainer(model=MODEL, args=args, train_dataset=make_toy_preference_dataset(8, seed=0))
+
+    return {"grpo": refusal(grpo), "dpo": refusal(dpo)}
+
+
+def case_refuse_self_deepspeed():
+    def build():
+        data = Dataset.from_dict({"prompt": [f"{i}*{i + 3}=" for i in range(12)]})
+        args = config(RLVRGRPOConfig, **grpo_kwargs("refuse_self", curation="self"))
+        RLVRGRPOTrainer(model=MODEL, reward_funcs=parity_reward, args=args, train_dataset=data)
+
+    return refusal(build)
+
+
+def case_refuse_lora_export_fsdp():
+    def build():
+        args = config(RLVRGRPOConfig, **grpo_kwargs("refuse_export", lora_init="pissa", lora_init_kwargs={}))
+        RLVRGRPOTrainer(
+            model=MODEL, reward_funcs=dense_reward, args=args, train_dataset=prompts(), peft_config=lora_config()
+        )
+
+    return refusal(build)
+
+
+# ---------------------------------------------------------------------------------------------- kill and resume
+def resume_run(resume_from=None):
+    """NSR (per-rank generator), pass-rate curation (shared state) and dynamic sampling (shared stream) all on."""
+    args = config(
+        RLVRGRPOConfig,
+        **grpo_kwargs(
+            "resume",
+            num_generations=2,
+            num_iterations=2,  # steps 3 and 4 share a rollout: the clip (and NSR's rescue) is active in step 4
+            learning_rate=0.1,
+            max_steps=4,
+            save_strategy="steps",
+            save_steps=2,
+            clip_recovery="nsr",
+            curation="pass_rate",
+            dynamic_sampling=True,
+        ),
+    )
+    if PHASE == "resume" or KILLING:  # the killed run and its resumption share a folder
+        args.output_dir = os.path.join(OUT, "main_resume_killed")
+    trainer = RLVRGRPOTrainer(model=MODEL, reward_funcs=resume_reward, args=args, train_dataset=prompts(12))
+    trainer.train(resume_from_checkpoint=resume_from)
+    return trainer
+
+
+def resume_summary(trainer) -> dict:
+    files = sorted(os.listdir(os.path.join(trainer.args.output_dir, f"checkpoint-{KILL_STEP}")))
+    return summary(
+        trainer,
+        checkpoint_files=files,
+        generator_digest=hashlib.sha256(trainer._recovery_generator.get_state().numpy().tobytes()).hexdigest(),
+        curation=curation_state(trainer),
+        stream=trainer._ds_stream.state_dict(),
+    )
+
+
+CASES = {
+    "grpo_stock": case_grpo_stock,
+    "grpo_none": case_grpo_none,
+    "nsr": case_nsr,
+    "nsr_expected": lambda: case_nsr("nsr_expected"),
+    "self": case_self,
+    "self_skip": lambda: case_self("self_skip", parity_reward, num_generations=4),
+    "pass_rate": case_pass_rate,
+    "dynamic_sampling": case_dynamic_sampling,
+    "eval_callbacks": case_eval_callbacks,
+    "eval_callbacks_no_ds3_gather": lambda: case_eval_callbacks(ds3_gather_for_generation=False),
+    **{f"lora_{m}": (lambda m=m: lora_case(m)) for m in LORA_METHODS},
+    "isdpo_lora_rlpo": lambda: lora_case("rlpo", "isdpo"),
+    "dpo_stock": case_dpo_stock,
+    "isdpo_off": case_isdpo_off,
+    "isdpo": case_isdpo,
+}
+PER_MODE = {  # the cases each mode runs
+    "ddp": [c for c in CASES if c != "eval_callbacks_no_ds3_gather"],
+    "zero2": [*(c for c in CASES if c != "eval_callbacks_no_ds3_gather"), "refuse_self_deepspeed"],
+    "zero3": [*CASES, "refuse_self_deepspeed"],
+    "fsdp2": [
+        *(c for c in CASES if c != "eval_callbacks_no_ds3_gather"),
+        "refuse_fsdp_fallback",
+        "refuse_lora_export_fsdp",
+    ],
+}
+CASES.update(
+    refuse_fsdp_fallback=case_refuse_fsdp_fallback,
+    refuse_self_deepspeed=case_refuse_self_deepspeed,
+    refuse_lora_export_fsdp=case_refuse_lora_export_fsdp,
+)
+
+
+def main() -> None:
+    global KILLING
+    if PHASE == "main":
+        for name in PER_MODE[MODE]:
+            record(name, CASES[name])
+        record("resume_uninterrupted", lambda: resume_summary(resume_run()))
+        if ONLY is None or "resume_killed" in ONLY:
+            KILLING = True
+            resume_run()  # dies in step 3 (resume_reward); never returns
+            RESULTS["resume_killed"] = {"error": "the kill run was not killed"}
+    else:
+        checkpoint = os.path.join(OUT, "main_resume_killed", f"checkpoint-{KILL_STEP}")
+        record("resume_resumed", lambda: resume_summary(resume_run(checkpoint)))
+    with open(os.path.join(OUT, f"{PHASE}_rank{RANK}.json"), "w") as f:
+        json.dump(RESULTS, f, default=str)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # CPU_STACK 5: plain gloo DDP sometimes crashed at interpreter exit after finishing
+
+
+if __name__ == "__main__":
+    main()
