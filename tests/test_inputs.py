@@ -195,3 +195,17 @@ def test_cli_training_console_is_short_and_the_log_is_whole(tiny_model_path, tmp
     assert "FutureWarning" not in result.stderr and "Setting accelerator to CPU" not in result.stderr
     records = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "loss" in r] == [1, 2] and "clip_recovery/high_frac" in records[0]
+
+
+def test_a_reward_may_read_the_row_column_curation_adds(tiny_model_path, tmp_path):
+    """With curation on and no id column, the trainer adds 'curation_row' itself: a reward reading it is fine."""
+
+    def by_row(completions, curation_row, **kwargs):
+        return [float(row % 2) for row in curation_row]
+
+    data = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(8)]})
+    args = RLVRGRPOConfig(**small_grpo_kwargs(tmp_path, curation="pass_rate", max_steps=1))
+    RLVRGRPOTrainer(model=tiny_model_path, reward_funcs=by_row, args=args, train_dataset=data).train()
+    with pytest.raises(ValueError, match=r"reads the column\(s\) \['curation_row'\]"):
+        RLVRGRPOTrainer(model=NO_MODEL, reward_funcs=by_row, args=RLVRGRPOConfig(**small_grpo_kwargs(tmp_path)),
+                        train_dataset=data)  # fmt: skip

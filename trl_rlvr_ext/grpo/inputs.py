@@ -9,6 +9,7 @@ and a first generation.
 
 import os
 
+from ..curation.controller import ROW_COLUMN
 from ..rewards import REWARD_NAMES, get_reward_func
 from ..rewards.columns import check_reward_columns
 
@@ -56,10 +57,14 @@ def check_grpo_inputs(args, reward_funcs, train_dataset, eval_dataset) -> None:
         datasets += [(f"eval set {name!r}", dataset) for name, dataset in eval_dataset.items()]
     elif eval_dataset is not None:
         datasets.append(("eval set", eval_dataset))
+    # Columns the trainer adds itself: curation numbers the training rows when no id column is named
+    added = [ROW_COLUMN] if args.curation != "none" and args.curation_id_column is None else []
     for label, dataset in datasets:
         columns = _columns_of(dataset)
         if columns is None:
             continue
+        if label == "training set":
+            columns = [*columns, *(c for c in added if c not in columns)]
         if "prompt" not in columns:
             raise ValueError(
                 f"The {label} has no 'prompt' column (its columns: {list(columns)}). GRPO generates from 'prompt': "
