@@ -4,23 +4,110 @@
     python bench/acpo_overhead.py --shape qwen2-0.5b --rounds 0 --repeats 5 --batch 8    # Qwen2.5-0.5B's shape, CPU
     python bench/acpo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
 
-The measurements of bench/grpo_overhead.py (whose code this runs), with the arms stock `trl.GRPOTrainer`,
-`RLVRGRPOTrainer` with ``adaptive_clip="acpo"`` (the paper's settings) and ACPO with NSR on its bounds
-(``clip_recovery="nsr"``): the loss path (forward + backward) timed interleaved on one fixed batch whose old log-probs
-are perturbed (so the ratios spread and ACPO's bounds bind), and whole training steps alternated arm by arm
-(``--rounds 0`` skips them: the implied ratio then uses the loss path's stock time, a worst case since a step also
-generates). The figure compared with the target (<= 1.03) is the implied step ratio, 1 + (loss-path extra time) /
-(stock step time).
+Three measurements, the first two those of bench/grpo_overhead.py (whose code this runs), with the arms stock
+`trl.GRPOTrainer`, `RLVRGRPOTrainer` with ``adaptive_clip="acpo"`` (the paper's settings) and ACPO with NSR on its
+bounds (``clip_recovery="nsr"``):
+
+1. *Loss path, interleaved*: forward + backward of each arm on one fixed batch whose old log-probs are perturbed (so
+   the ratios spread and ACPO's bounds bind); the median of the per-repeat ratios.
+2. *Whole steps*, alternated arm by arm (``--rounds 0`` skips them).
+3. *ACPO's own work*, alone: on that batch's log-probs, ratios and mask, the trainer's clipped objective with ACPO
+   (binning, moments, bounds, per-token clip) and its `adaptive_clip/*` metrics, against the stock surrogate
+   `min(r·A, clip(r)·A)` with TRL's float widths, interleaved ``--work-repeats`` times. Its median extra time over the
+   stock step time is the least load-sensitive figure on a shared CPU, where the model's forward and backward (1, 2)
+   vary by more than ACPO costs.
+
+The figure compared with the target (<= 1.03) is the step ratio implied by 3: 1 + (ACPO's extra seconds) / (stock
+step seconds, from 2, or from 1 with ``--rounds 0``).
 """
 
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import torch
+
+
 try:  # run as a script (bench/ on sys.path) or imported as bench.acpo_overhead
-    from grpo_overhead import main
+    import grpo_overhead
 except ImportError:
-    from bench.grpo_overhead import main
+    from bench import grpo_overhead
+
+from trl_rlvr_ext.losses import ppo_clipped_objective
 
 
 ARMS = ("stock", "acpo", "acpo_nsr")
 
 
+def acpo_work(model_path: str, out_dir: str, repeats: int, **trainer_options) -> dict[str, float]:
+    """Median seconds of ACPO's clipped objective + metrics, and of the stock surrogate, on one generated batch."""
+    trainer = grpo_overhead.make_trainer("acpo", model_path, 2, out_dir, **trainer_options)
+    trainer.train()
+    model = trainer.model
+    batch = [trainer.train_dataset[i] for i in range(trainer.args.generation_batch_size)]
+    inputs = trainer._generate_and_score_completions(batch)
+    with torch.no_grad():
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            model, ids, attention, inputs["completion_ids"].size(1)
+        )
+    ratio = torch.exp(0.3 * torch.randn_like(logps))
+    mask, advantages = inputs["completion_mask"], inputs["advantages"].unsqueeze(1)
+
+    def global_masked_mean(x):  # TRL's, on one process
+        totals = trainer.accelerator.reduce(torch.stack([(x * mask).sum(), mask.sum().float()]), reduction="sum")
+        return (totals[0] / totals[1].clamp(min=1.0)).item()
+
+    def acpo():
+        loss, state = trainer._clip_objective_loss(ratio, advantages, logps, mask)
+        trainer._log_clip_objective("train", state, mask, global_masked_mean)
+        return loss
+
+    def stock():
+        return -ppo_clipped_objective(ratio, advantages, trainer.epsilon_low, trainer.epsilon_high)[0]
+
+    times = {"acpo": [], "stock": []}
+    for r in range(repeats + 20):
+        for name, fn in (("acpo", acpo), ("stock", stock)) if r % 2 == 0 else (("stock", stock), ("acpo", acpo)):
+            grpo_overhead.synchronize()
+            start = time.perf_counter()
+            fn()
+            grpo_overhead.synchronize()
+            if r >= 20:  # warm-up calls dropped
+                times[name].append(time.perf_counter() - start)
+    trainer._metrics["train"].clear()
+    bound = trainer._acpo_bins(logps, ratio, mask).bound
+    _, clipped_low, clipped_high = ppo_clipped_objective(ratio, advantages, bound, bound)
+    binds = bool((clipped_low | clipped_high).any())
+    return {name: statistics.median(values) for name, values in times.items()} | {"clip_binds": binds}
+
+
+def main():
+    work_repeats = 300
+    if "--work-repeats" in sys.argv:
+        index = sys.argv.index("--work-repeats")
+        work_repeats = int(sys.argv[index + 1])
+        del sys.argv[index : index + 2]
+    result = grpo_overhead.main(arms=ARMS, name="ACPO", doc=__doc__)
+    options, model_path, stock_step = result["options"], result["model_path"], result["stock_step"]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = acpo_work(model_path, os.path.join(tmp, "work"), work_repeats, **options)
+    extra = work["acpo"] - work["stock"]
+    implied = 1.0 + extra / stock_step
+    print(
+        f"ACPO's own work (clipped objective + adaptive_clip/* metrics, median of {work_repeats} interleaved calls): "
+        f"{work['acpo'] * 1e3:.3f} ms vs stock surrogate {work['stock'] * 1e3:.3f} ms -> extra {extra * 1e3:.3f} ms "
+        f"per loss computation (clip binds on the batch: {work['clip_binds']})"
+    )
+    print(
+        f"implied step ratio from ACPO's own work: 1 + {extra * 1e3:.3f} / {stock_step * 1e3:.1f} ms = {implied:.4f} "
+        f"-> target <= 1.03 {'met' if implied <= 1.03 else 'NOT met'}"
+    )
+    result["cleanup"]()
+
+
 if __name__ == "__main__":
-    main(arms=ARMS, name="ACPO", doc=__doc__)
+    main()

@@ -208,33 +208,35 @@ def main(arms: tuple[str, ...] = ARMS, name: str = "NSR", doc: str = __doc__):
         "batch": args.batch,
     }
 
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.shape == "tiny":
-            model_path = save_tiny_model(
-                os.path.join(tmp, "model"),
-                hidden_size=args.hidden,
-                intermediate_size=4 * args.hidden,
-                num_hidden_layers=args.layers,
-            )
-            shape = f"tiny Qwen2, hidden {args.hidden} x {args.layers} layers"
-        else:
-            weights = "bf16" if args.dtype == "bf16" else "float32"
-            model_path = save_shaped_model(os.path.join(tmp, "model"), args.shape, weights, device=args.device)
-            shape = args.shape
-        loss = loss_path_ratios(model_path, os.path.join(tmp, "loss"), args.repeats, arms, **options)
+    # kept until the caller is done with the model (bench/acpo_overhead.py times more on it)
+    tmp_dir = tempfile.TemporaryDirectory()
+    tmp = tmp_dir.name
+    if args.shape == "tiny":
+        model_path = save_tiny_model(
+            os.path.join(tmp, "model"),
+            hidden_size=args.hidden,
+            intermediate_size=4 * args.hidden,
+            num_hidden_layers=args.layers,
+        )
+        shape = f"tiny Qwen2, hidden {args.hidden} x {args.layers} layers"
+    else:
+        weights = "bf16" if args.dtype == "bf16" else "float32"
+        model_path = save_shaped_model(os.path.join(tmp, "model"), args.shape, weights, device=args.device)
+        shape = args.shape
+    loss = loss_path_ratios(model_path, os.path.join(tmp, "loss"), args.repeats, arms, **options)
 
-        step_ratio = {arm: [] for arm in arms[1:]}
-        stock_steps = []
-        for r in range(args.rounds):
-            medians = {}
-            for arm in arms if r % 2 == 0 else arms[::-1]:
-                timer = StepTimer()
-                make_trainer(arm, model_path, args.steps, os.path.join(tmp, arm), callbacks=[timer], **options).train()
-                medians[arm] = statistics.median(timer.times[1:])  # first step: warm-up
-            stock_steps.append(medians["stock"])
-            for arm in arms[1:]:
-                step_ratio[arm].append(medians[arm] / medians["stock"])
-            print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{a} x{step_ratio[a][-1]:.3f}" for a in arms[1:]))
+    step_ratio = {arm: [] for arm in arms[1:]}
+    stock_steps = []
+    for r in range(args.rounds):
+        medians = {}
+        for arm in arms if r % 2 == 0 else arms[::-1]:
+            timer = StepTimer()
+            make_trainer(arm, model_path, args.steps, os.path.join(tmp, arm), callbacks=[timer], **options).train()
+            medians[arm] = statistics.median(timer.times[1:])  # first step: warm-up
+        stock_steps.append(medians["stock"])
+        for arm in arms[1:]:
+            step_ratio[arm].append(medians[arm] / medians["stock"])
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{a} x{step_ratio[a][-1]:.3f}" for a in arms[1:]))
 
     # without whole-step rounds (--rounds 0, for big shapes on a CPU) the implied ratio uses the loss path's stock time
     stock_step = statistics.median(stock_steps) if stock_steps else loss["stock_seconds"]
@@ -255,7 +257,8 @@ def main(arms: tuple[str, ...] = ARMS, name: str = "NSR", doc: str = __doc__):
         f"ms; whole steps: median of {args.rounds} alternated rounds x {args.steps} steps, stock {stock_step * 1e3:.0f} ms)"
     )
     print(f"target: step ratio <= 1.03 -> {'met' if worst <= 1.03 else 'NOT met'} (worst implied {worst:.3f})")
+    return {"options": options, "model_path": model_path, "stock_step": stock_step, "cleanup": tmp_dir.cleanup}
 
 
 if __name__ == "__main__":
-    main()
+    main()["cleanup"]()
