@@ -82,6 +82,13 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             computation (per-bin count, sum and sum of squares all-reduced), so every process uses the same bounds.
             `"micro_batch"`: each process's own micro-batch only, as the authors' verl code computes it (there, 8
             responses per GPU micro-batch). The two are the same on one process.
+        off_policy_diagnostics (`bool`, *optional*, defaults to `False`):
+            Log how off-policy each update is, without changing the loss: over the completion tokens with a non-zero
+            advantage, the percentiles 1, 10, 50, 90, 99 of the importance ratio (`off_policy/ratio_p{p}`) and the
+            shares clipped below and above (`off_policy/clipped_{low,high}_frac`, against the clip in use: TRL's
+            epsilons or ACPO's bounds), overall and per probability bin (`_bin{k}`, the `adaptive_clip_num_bins`
+            equal-width bins of π_θ), over all processes; and `off_policy/update_index`, the micro-step's position in
+            its rollout (0 .. steps_per_generation·num_iterations − 1). For loss types with a hard clip at token level.
 
         curation (`str`, *optional*, defaults to `"none"`):
             Which prompts GRPO trains on. `"none"`: stock TRL sampling. `"self"`: every generation step decodes each
@@ -227,6 +234,14 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             "choices": list(ADAPTIVE_CLIP_SCOPES),
         },
     )
+    off_policy_diagnostics: bool = field(
+        default=False,
+        metadata={
+            "help": "Log off_policy/*: ratio percentiles (1, 10, 50, 90, 99) and clipped shares per side over the "
+            "tokens with a non-zero advantage, overall and per probability bin, and the micro-step's position in its "
+            "rollout (off_policy/update_index). The loss is unchanged. Hard-clip loss types, token level."
+        },
+    )
 
     # ---------------------------------------------------------------- Curation
     curation: str = field(
@@ -370,6 +385,22 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
                 f"adaptive_clip_scope={self.adaptive_clip_scope!r} is not supported. Use one of "
                 f"{list(ADAPTIVE_CLIP_SCOPES)}: 'global' (statistics over every process) or 'micro_batch' (each "
                 "process's own, as the authors' code)."
+            )
+        if self.off_policy_diagnostics and (
+            self.loss_type not in CLIPPED_LOSS_TYPES or self.importance_sampling_level != "token"
+        ):
+            raise ValueError(
+                f"off_policy_diagnostics measures the ratios and clipped shares of PPO's token-level clip, but "
+                f"loss_type={self.loss_type!r} with importance_sampling_level={self.importance_sampling_level!r} has "
+                f"none. Use loss_type in {list(CLIPPED_LOSS_TYPES)} with importance_sampling_level='token', or set "
+                "off_policy_diagnostics=False."
+            )
+        if self.off_policy_diagnostics and (
+            not isinstance(self.adaptive_clip_num_bins, int) or self.adaptive_clip_num_bins < 1
+        ):
+            raise ValueError(
+                f"off_policy_diagnostics bins tokens by adaptive_clip_num_bins, which must be a positive integer, got "
+                f"{self.adaptive_clip_num_bins!r} (paper: 5)."
             )
         if self.adaptive_clip == "none":
             return

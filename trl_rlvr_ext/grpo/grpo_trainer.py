@@ -4,14 +4,16 @@ With every option of `RLVRGRPOConfig` at its default, each overridden method del
 trainer is stock `GRPOTrainer` to the bit (tests/test_grpo_trainer.py proves it).
 """
 
+import math
 from typing import ClassVar
 
 import torch
 from trl import GRPOTrainer
 
 from .._trl import load_copy
-from ..losses.acpo import acpo_bins
+from ..losses.acpo import acpo_bin_index, acpo_bins
 from ..losses.clip_recovery import clip_recovery_objective
+from ..losses.off_policy import RATIO_PERCENTILES, clipped_counts, ratio_percentiles
 from ..losses.ppo import ppo_clipped_objective
 from ..rewards.guard import guard_reward_funcs
 from .checkpoint_state import CheckpointState, CheckpointStateMixin
@@ -34,6 +36,9 @@ class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin,
     - ACPO's variance-adaptive clip (`adaptive_clip="acpo"`, https://arxiv.org/abs/2606.22570): per-token clip
       widths from the std of the ratios in probability bins, see `trl_rlvr_ext.losses.acpo_clip_bounds`; logged as
       `adaptive_clip/*`. Composes with clip recovery (NSR then rescues tokens past the adaptive bound).
+    - Off-policy diagnostics (`off_policy_diagnostics=True`): ratio percentiles and clipped shares over the tokens
+      with a non-zero advantage, overall and per probability bin, and each micro-step's position in its rollout;
+      logged as `off_policy/*`, with the loss unchanged.
     - Online curation (`curation="self"`, https://huggingface.co/papers/2510.02230, or `"pass_rate"`): train only on
       prompts the policy does not yet solve greedily, or sample prompts by a running pass-rate estimate
       (`CurationMixin`); logged as `curation/*`.
@@ -124,7 +129,11 @@ class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin,
                 generator=self._clip_recovery_generator(ratio.device),
                 delta=self.args.delta,
             )
-        return -surrogate, {"masks": masks, "acpo": acpo}
+        diagnostics = None
+        if self.args.off_policy_diagnostics:
+            probs = torch.exp(per_token_logps.detach())
+            diagnostics = {"ratio": ratio.detach(), "advantages": advantages, "probs": probs, "mask": mask}
+        return -surrogate, {"masks": masks, "acpo": acpo, "diagnostics": diagnostics}
 
     def _acpo_bins(self, per_token_logps: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor):
         """ACPO's bins over the current probabilities π_θ = exp(per-token log-probs, at TRL's temperature), the
@@ -156,6 +165,8 @@ class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin,
                 self._metrics[mode][f"clip_recovery/{side}_frac"].append(global_masked_mean(rescued))
         if acpo is not None:
             self._log_acpo(mode, acpo, masks, global_masked_mean)
+        if clip_state["diagnostics"] is not None:
+            self._log_off_policy(mode, clip_state["diagnostics"], masks)
 
     def _log_acpo(self, mode: str, acpo, masks: dict, global_masked_mean) -> None:
         # TRL's `clip_ratio/*` keep measuring against the fixed epsilon / epsilon_high; these use ACPO's bounds.
@@ -178,8 +189,42 @@ class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin,
                 self._metrics[mode][f"adaptive_clip/bound_bin{k}"].append(bound_sum[k] / processes[k])
                 self._metrics[mode][f"adaptive_clip/ratio_std_bin{k}"].append(std_sum[k] / processes[k])
 
+    def _log_off_policy(self, mode: str, diagnostics: dict, masks: dict) -> None:
+        """`off_policy/*`: the ratios' percentiles and the clipped shares over the tokens with a non-zero advantage,
+        overall and per probability bin, over every process; and the micro-step's position in its rollout."""
+        args, num_bins = self.args, self.args.adaptive_clip_num_bins
+        ratio, mask = diagnostics["ratio"], diagnostics["mask"]
+        select = mask.bool() & (diagnostics["advantages"] != 0)
+        bin_index = acpo_bin_index(diagnostics["probs"], select, num_bins)
+        counts = self.accelerator.reduce(
+            clipped_counts(masks["clipped_low"], masks["clipped_high"], bin_index, num_bins), reduction="sum"
+        )
+        # every process's selected ratios with their bins, NaN-padded to one length, so the percentiles are global
+        local = torch.stack([ratio[select].float(), bin_index[select].float()], dim=1)
+        pooled = self.accelerator.gather(self.accelerator.pad_across_processes(local, pad_index=float("nan")))
+        values, bins = pooled[:, 0], pooled[:, 1]
+        percentiles = torch.stack(
+            [ratio_percentiles(values), *(ratio_percentiles(values[bins == k]) for k in range(num_bins))]
+        )
+        tokens, low, high = counts.tolist()
+        for row, suffix in zip(percentiles.tolist(), ["", *(f"_bin{k}" for k in range(num_bins))], strict=True):
+            for p, value in zip(RATIO_PERCENTILES, row, strict=True):
+                if not math.isnan(value):  # NaN: the (bin's) selection is empty
+                    self._metrics[mode][f"off_policy/ratio_p{p}{suffix}"].append(value)
+        for k, suffix in [(num_bins, ""), *((k, f"_bin{k}") for k in range(num_bins))]:
+            if tokens[k] > 0:
+                self._metrics[mode][f"off_policy/clipped_low_frac{suffix}"].append(low[k] / tokens[k])
+                self._metrics[mode][f"off_policy/clipped_high_frac{suffix}"].append(high[k] / tokens[k])
+        if mode == "train":  # TRL's `_step` (micro-steps so far) is incremented after the loss of this one
+            cycle = args.steps_per_generation * self.num_iterations
+            self._metrics[mode]["off_policy/update_index"].append(float(self._step % cycle))
+
     def _compute_loss(self, model, inputs):
-        if self.args.clip_recovery == "none" and self.args.adaptive_clip == "none":
+        if (
+            self.args.clip_recovery == "none"
+            and self.args.adaptive_clip == "none"
+            and not self.args.off_policy_diagnostics
+        ):
             return super()._compute_loss(model, inputs)
-        # TRL's `_compute_loss` for the installed TRL, with NSR / ACPO in its marked blocks (trl_rlvr_ext/_trl/)
+        # TRL's `_compute_loss` for the installed TRL, with NSR / ACPO / diagnostics in its marked blocks (trl_rlvr_ext/_trl/)
         return _TRL_COPY._compute_loss(self, model, inputs)
