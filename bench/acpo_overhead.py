@@ -5,14 +5,15 @@
     python bench/acpo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
 
 Three measurements, the first two those of bench/grpo_overhead.py (whose code this runs), with the arms stock
-`trl.GRPOTrainer`, `RLVRGRPOTrainer` with ``adaptive_clip="acpo"`` (the paper's settings) and ACPO with NSR on its
-bounds (``clip_recovery="nsr"``):
+`trl.GRPOTrainer`, `RLVRGRPOTrainer` with ``adaptive_clip="acpo"`` (the paper's settings), ACPO with NSR on its
+bounds (``clip_recovery="nsr"``) and the off-policy diagnostics alone (``off_policy_diagnostics=True``, "diag"):
 
 1. *Loss path, interleaved*: forward + backward of each arm on one fixed batch whose old log-probs are perturbed (so
    the ratios spread and ACPO's bounds bind); the median of the per-repeat ratios.
 2. *Whole steps*, alternated arm by arm (``--rounds 0`` skips them).
-3. *ACPO's own work*, alone: on that batch's log-probs, ratios and mask, the trainer's clipped objective with ACPO
-   (binning, moments, bounds, per-token clip) and its `adaptive_clip/*` metrics, against the stock surrogate
+3. *Our own work*, alone: on that batch's log-probs, ratios and mask, the trainer's clipped objective with ACPO
+   (binning, moments, bounds, per-token clip) and its `adaptive_clip/*` metrics, with the diagnostics (their
+   `off_policy/*` metrics), and with both, each against the stock surrogate
    `min(r·A, clip(r)·A)` with TRL's float widths, interleaved ``--work-repeats`` times. Its median extra time over the
    stock step time is the least load-sensitive figure on a shared CPU, where the model's forward and backward (1, 2)
    vary by more than ACPO costs.
@@ -38,12 +39,14 @@ except ImportError:
 from trl_rlvr_ext.losses import ppo_clipped_objective
 
 
-ARMS = ("stock", "acpo", "acpo_nsr")
+ARMS = ("stock", "acpo", "acpo_nsr", "diag")
+# the own-work variants: our clipped objective + metrics with these options, against the stock surrogate
+WORK = ("acpo", "diag", "acpo_diag")
 
 
 def acpo_work(model_path: str, out_dir: str, repeats: int, **trainer_options) -> dict[str, float]:
-    """Median seconds of ACPO's clipped objective + metrics, and of the stock surrogate, on one generated batch."""
-    trainer = grpo_overhead.make_trainer("acpo", model_path, 2, out_dir, **trainer_options)
+    """Median seconds of our clipped objective + metrics (each of `WORK`), and of the stock surrogate, on one batch."""
+    trainer = grpo_overhead.make_trainer("acpo_diag", model_path, 2, out_dir, **trainer_options)
     trainer.train()
     model = trainer.model
     batch = [trainer.train_dataset[i] for i in range(trainer.args.generation_batch_size)]
@@ -61,17 +64,23 @@ def acpo_work(model_path: str, out_dir: str, repeats: int, **trainer_options) ->
         totals = trainer.accelerator.reduce(torch.stack([(x * mask).sum(), mask.sum().float()]), reduction="sum")
         return (totals[0] / totals[1].clamp(min=1.0)).item()
 
-    def acpo():
-        loss, state = trainer._clip_objective_loss(ratio, advantages, logps, mask)
-        trainer._log_clip_objective("train", state, mask, global_masked_mean)
-        return loss
+    def ours(variant):
+        def fn():
+            for name, value in {**grpo_overhead._OFF, **grpo_overhead.ARM_OPTIONS[variant]}.items():
+                setattr(trainer.args, name, value)
+            loss, state = trainer._clip_objective_loss(ratio, advantages, logps, mask)
+            trainer._log_clip_objective("train", state, mask, global_masked_mean)
+            return loss
+
+        return fn
 
     def stock():
         return -ppo_clipped_objective(ratio, advantages, trainer.epsilon_low, trainer.epsilon_high)[0]
 
-    times = {"acpo": [], "stock": []}
+    functions = [("stock", stock), *((variant, ours(variant)) for variant in WORK)]
+    times = {name: [] for name, _ in functions}
     for r in range(repeats + 20):
-        for name, fn in (("acpo", acpo), ("stock", stock)) if r % 2 == 0 else (("stock", stock), ("acpo", acpo)):
+        for name, fn in functions if r % 2 == 0 else functions[::-1]:
             grpo_overhead.synchronize()
             start = time.perf_counter()
             fn()
@@ -95,17 +104,18 @@ def main():
     options, model_path, stock_step = result["options"], result["model_path"], result["stock_step"]
     with tempfile.TemporaryDirectory() as tmp:
         work = acpo_work(model_path, os.path.join(tmp, "work"), work_repeats, **options)
-    extra = work["acpo"] - work["stock"]
-    implied = 1.0 + extra / stock_step
     print(
-        f"ACPO's own work (clipped objective + adaptive_clip/* metrics, median of {work_repeats} interleaved calls): "
-        f"{work['acpo'] * 1e3:.3f} ms vs stock surrogate {work['stock'] * 1e3:.3f} ms -> extra {extra * 1e3:.3f} ms "
-        f"per loss computation (clip binds on the batch: {work['clip_binds']})"
+        f"\nOwn work per loss computation (clipped objective + metrics; median of {work_repeats} interleaved calls; "
+        f"stock surrogate {work['stock'] * 1e3:.3f} ms; ACPO's clip binds on the batch: {work['clip_binds']}):"
     )
-    print(
-        f"implied step ratio from ACPO's own work: 1 + {extra * 1e3:.3f} / {stock_step * 1e3:.1f} ms = {implied:.4f} "
-        f"-> target <= 1.03 {'met' if implied <= 1.03 else 'NOT met'}"
-    )
+    for variant in WORK:
+        extra = work[variant] - work["stock"]
+        implied = 1.0 + extra / stock_step
+        print(
+            f"{variant:<10} {work[variant] * 1e3:8.3f} ms, extra {extra * 1e3:7.3f} ms -> implied step ratio 1 + "
+            f"{extra * 1e3:.3f} / {stock_step * 1e3:.1f} ms = {implied:.4f} ({'met' if implied <= 1.03 else 'NOT met'}"
+            " against <= 1.03)"
+        )
     result["cleanup"]()
 
 

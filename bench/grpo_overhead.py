@@ -50,8 +50,10 @@ ARM_OPTIONS = {
     "nsr_expected": {"clip_recovery": "nsr_expected"},
     "acpo": {"adaptive_clip": "acpo"},
     "acpo_nsr": {"adaptive_clip": "acpo", "clip_recovery": "nsr"},
+    "diag": {"off_policy_diagnostics": True},
+    "acpo_diag": {"adaptive_clip": "acpo", "off_policy_diagnostics": True},
 }
-_OFF = {"clip_recovery": "none", "adaptive_clip": "none"}
+_OFF = {"clip_recovery": "none", "adaptive_clip": "none", "off_policy_diagnostics": False}
 
 
 def reward(completions, **kwargs):

@@ -42,9 +42,17 @@ def test_acpo_bounds_across_two_processes(tiny_model_path, tmp_path):
         alone = acpo_bins(call0["probs"], call0["ratio"], call0["mask"])
         moved += not torch.equal(alone.bin_bound.nan_to_num(), union.bin_bound.nan_to_num())
     assert moved > 0, "rank 0's own bounds always equalled the union's: the all-reduce is not shown to matter"
-    for log0, log1 in zip(ranks[0]["logs"], ranks[1]["logs"], strict=True):  # the same ACPO metrics on both ranks
-        acpo0 = {k: v for k, v in log0.items() if k.startswith("adaptive_clip/")}
-        assert acpo0 and acpo0 == {k: v for k, v in log1.items() if k.startswith("adaptive_clip/")}
+    for log0, log1 in zip(ranks[0]["logs"], ranks[1]["logs"], strict=True):
+        for prefix in ("adaptive_clip/", "off_policy/"):  # the same ACPO metrics and diagnostics on both ranks
+            ours0 = {k: v for k, v in log0.items() if k.startswith(prefix)}
+            assert ours0 and ours0 == {k: v for k, v in log1.items() if k.startswith(prefix)}, prefix
+    # the diagnostics' percentiles are those of both ranks' tokens with a non-zero advantage, pooled
+    from trl_rlvr_ext.losses import ratio_percentiles
+
+    for log, call0, call1 in zip(ranks[0]["logs"], ranks[0]["calls"], ranks[1]["calls"], strict=True):
+        assert log["off_policy/ratio_p50"] == pytest.approx(
+            ratio_percentiles(torch.cat([c["ratio"][c["select"]] for c in (call0, call1)]), (50,)).item(), rel=1e-6
+        )
 
     ranks = _load(tmp_path, "micro_batch")
     differ = 0

@@ -1,6 +1,6 @@
 """2-process CPU runs of RLVRGRPOTrainer with ACPO (launched by tests/test_acpo_distributed.py through torchrun, gloo).
 
-For each `adaptive_clip_scope` ("global", "micro_batch"), every call of the trainer's ACPO binning is recorded on each
+For each `adaptive_clip_scope` ("global", with the off-policy diagnostics on, and "micro_batch"), every call of the trainer's ACPO binning is recorded on each
 rank (its own tokens' probabilities, ratios and mask, and the per-bin and per-token bounds it used), then saved to
 <out_dir>/<scope>_rank<k>.pt with the logged metrics and a checksum of the parameters.
 """
@@ -23,7 +23,10 @@ def run(model_path: str, out_dir: str, scope: str) -> None:
     kwargs = grpo_kwargs(
         os.path.join(out_dir, scope), per_device_train_batch_size=4, temperature=0.05, learning_rate=0.01
     )
-    args = RLVRGRPOConfig(**kwargs, adaptive_clip="acpo", adaptive_clip_scope=scope)
+    # the global run also logs the off-policy diagnostics (gathered over both ranks)
+    args = RLVRGRPOConfig(
+        **kwargs, adaptive_clip="acpo", adaptive_clip_scope=scope, off_policy_diagnostics=scope == "global"
+    )
     trainer = RLVRGRPOTrainer(model=model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset())
     calls, acpo_bins = [], trainer._acpo_bins
 
@@ -40,7 +43,15 @@ def run(model_path: str, out_dir: str, scope: str) -> None:
         )
         return bins
 
+    clip_objective_loss = trainer._clip_objective_loss
+
+    def recording_clip_objective_loss(ratio, advantages, per_token_logps, mask):
+        result = clip_objective_loss(ratio, advantages, per_token_logps, mask)
+        calls[-1]["select"] = (mask.bool() & (advantages != 0)).detach().clone()  # the diagnostics' tokens
+        return result
+
     trainer._acpo_bins = recording_acpo_bins
+    trainer._clip_objective_loss = recording_clip_objective_loss
     trainer.train()
     params = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
     result = {
