@@ -44,6 +44,16 @@ except ImportError:
 
 
 ARMS = ("stock", "nsr", "nsr_expected")
+# The RLVRGRPOConfig options of each arm ("stock" is trl.GRPOTrainer itself); bench/acpo_overhead.py adds its arms.
+ARM_OPTIONS = {
+    "nsr": {"clip_recovery": "nsr"},
+    "nsr_expected": {"clip_recovery": "nsr_expected"},
+    "acpo": {"adaptive_clip": "acpo"},
+    "acpo_nsr": {"adaptive_clip": "acpo", "clip_recovery": "nsr"},
+    "diag": {"off_policy_diagnostics": True},
+    "acpo_diag": {"adaptive_clip": "acpo", "off_policy_diagnostics": True},
+}
+_OFF = {"clip_recovery": "none", "adaptive_clip": "none", "off_policy_diagnostics": False}
 
 
 def reward(completions, **kwargs):
@@ -108,18 +118,22 @@ def make_trainer(
     if arm == "stock":
         trainer_cls, args = GRPOTrainer, GRPOConfig(**common)
     else:
-        trainer_cls, args = RLVRGRPOTrainer, RLVRGRPOConfig(**common, clip_recovery=arm)
+        trainer_cls, args = RLVRGRPOTrainer, RLVRGRPOConfig(**common, **ARM_OPTIONS[arm])
     dataset = Dataset.from_dict({"prompt": [f"{i}+{3 * i}=" for i in range(256)]})
     trainer = trainer_cls(model=model_path, reward_funcs=reward, args=args, train_dataset=dataset, callbacks=callbacks)
     trainer.remove_callback(PrinterCallback)
     return trainer
 
 
-def loss_path_ratios(model_path: str, out_dir: str, repeats: int, **trainer_options) -> dict[str, float]:
+def loss_path_ratios(
+    model_path: str, out_dir: str, repeats: int, arms: tuple[str, ...] = ARMS, **trainer_options
+) -> dict[str, float]:
     """Interleaved timing of the loss computation (forward + backward) of each arm on one fixed batch.
 
-    ``trainer_options`` go to `make_trainer` (device, precision, batch and completion sizes)."""
-    trainer = make_trainer("nsr", model_path, 2, out_dir, **trainer_options)
+    ``arms``: "stock" first, then keys of `ARM_OPTIONS`. ``trainer_options`` go to `make_trainer` (device, precision,
+    batch and completion sizes)."""
+    # one trainer for every arm (the options are switched per call); built with NSR on, so its seed is set
+    trainer = make_trainer("acpo_nsr", model_path, 2, out_dir, **trainer_options)
     trainer.train()  # moves the ratio away from 1 (two updates), so the clip is active on the next batch
     model = trainer.model
     model.train()
@@ -140,15 +154,16 @@ def loss_path_ratios(model_path: str, out_dir: str, repeats: int, **trainer_opti
 
     def arm_loss(arm):
         def fn(inp):
-            trainer.args.clip_recovery = arm
+            for name, value in {**_OFF, **ARM_OPTIONS[arm]}.items():
+                setattr(trainer.args, name, value)
             return RLVRGRPOTrainer._compute_loss(trainer, model, inp)
 
         return fn
 
-    functions = {"stock": stock_loss, "nsr": arm_loss("nsr"), "nsr_expected": arm_loss("nsr_expected")}
-    times = {arm: [] for arm in ARMS}
+    functions = {"stock": stock_loss, **{arm: arm_loss(arm) for arm in arms[1:]}}
+    times = {arm: [] for arm in arms}
     for r in range(repeats + 2):
-        order = ARMS if r % 2 == 0 else ARMS[::-1]
+        order = arms if r % 2 == 0 else arms[::-1]
         for arm in order:
             model.zero_grad(set_to_none=True)
             synchronize()
@@ -158,15 +173,14 @@ def loss_path_ratios(model_path: str, out_dir: str, repeats: int, **trainer_opti
             elapsed = time.perf_counter() - start
             if r >= 2:  # warm-up repeats dropped
                 times[arm].append(elapsed)
-    trainer.args.clip_recovery = "nsr"
     stock_median = statistics.median(times["stock"])
-    ratios = {arm: statistics.median(a / s for a, s in zip(times[arm], times["stock"])) for arm in ARMS[1:]}
-    extra = {arm: statistics.median(times[arm]) - stock_median for arm in ARMS[1:]}
+    ratios = {arm: statistics.median(a / s for a, s in zip(times[arm], times["stock"])) for arm in arms[1:]}
+    extra = {arm: statistics.median(times[arm]) - stock_median for arm in arms[1:]}
     return {"ratios": ratios, "extra_seconds": extra, "stock_seconds": stock_median}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(arms: tuple[str, ...] = ARMS, name: str = "NSR", doc: str = __doc__):
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=30)
@@ -182,6 +196,7 @@ def main():
     )
     parser.add_argument("--shape", choices=["tiny", *SHAPES], default="tiny", help="tiny: --hidden x --layers")
     parser.add_argument("--completion-length", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=32, help="completions per step (groups of 8)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -192,54 +207,60 @@ def main():
         "bf16": {"auto": None, "float32": False, "bf16": True}[args.dtype],
         "model_dtype": "bfloat16" if args.dtype == "bf16" else None,
         "completion_length": args.completion_length,
+        "batch": args.batch,
     }
 
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.shape == "tiny":
-            model_path = save_tiny_model(
-                os.path.join(tmp, "model"),
-                hidden_size=args.hidden,
-                intermediate_size=4 * args.hidden,
-                num_hidden_layers=args.layers,
-            )
-            shape = f"tiny Qwen2, hidden {args.hidden} x {args.layers} layers"
-        else:
-            weights = "bf16" if args.dtype == "bf16" else "float32"
-            model_path = save_shaped_model(os.path.join(tmp, "model"), args.shape, weights, device=args.device)
-            shape = args.shape
-        loss = loss_path_ratios(model_path, os.path.join(tmp, "loss"), args.repeats, **options)
+    # kept until the caller is done with the model (bench/acpo_overhead.py times more on it)
+    tmp_dir = tempfile.TemporaryDirectory()
+    tmp = tmp_dir.name
+    if args.shape == "tiny":
+        model_path = save_tiny_model(
+            os.path.join(tmp, "model"),
+            hidden_size=args.hidden,
+            intermediate_size=4 * args.hidden,
+            num_hidden_layers=args.layers,
+        )
+        shape = f"tiny Qwen2, hidden {args.hidden} x {args.layers} layers"
+    else:
+        weights = "bf16" if args.dtype == "bf16" else "float32"
+        model_path = save_shaped_model(os.path.join(tmp, "model"), args.shape, weights, device=args.device)
+        shape = args.shape
+    loss = loss_path_ratios(model_path, os.path.join(tmp, "loss"), args.repeats, arms, **options)
 
-        step_ratio = {arm: [] for arm in ARMS[1:]}
-        stock_steps = []
-        for r in range(args.rounds):
-            medians = {}
-            for arm in ARMS if r % 2 == 0 else ARMS[::-1]:
-                timer = StepTimer()
-                make_trainer(arm, model_path, args.steps, os.path.join(tmp, arm), callbacks=[timer], **options).train()
-                medians[arm] = statistics.median(timer.times[1:])  # first step: warm-up
-            stock_steps.append(medians["stock"])
-            for arm in ARMS[1:]:
-                step_ratio[arm].append(medians[arm] / medians["stock"])
-            print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{a} x{step_ratio[a][-1]:.3f}" for a in ARMS[1:]))
+    step_ratio = {arm: [] for arm in arms[1:]}
+    stock_steps = []
+    for r in range(args.rounds):
+        medians = {}
+        for arm in arms if r % 2 == 0 else arms[::-1]:
+            timer = StepTimer()
+            make_trainer(arm, model_path, args.steps, os.path.join(tmp, arm), callbacks=[timer], **options).train()
+            medians[arm] = statistics.median(timer.times[1:])  # first step: warm-up
+        stock_steps.append(medians["stock"])
+        for arm in arms[1:]:
+            step_ratio[arm].append(medians[arm] / medians["stock"])
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{a} x{step_ratio[a][-1]:.3f}" for a in arms[1:]))
 
-    stock_step = statistics.median(stock_steps)
+    # without whole-step rounds (--rounds 0, for big shapes on a CPU) the implied ratio uses the loss path's stock time
+    stock_step = statistics.median(stock_steps) if stock_steps else loss["stock_seconds"]
     where = f"CPU, {torch.get_num_threads()} threads" if args.device == "cpu" else torch.cuda.get_device_name()
     print(
-        f"\nNSR vs stock TRL GRPO, {where}, {shape}, dtype {args.dtype}, "
-        f"32 completions x {args.completion_length} tokens per step"
+        f"\n{name} vs stock TRL GRPO, {where}, {shape}, dtype {args.dtype}, "
+        f"{args.batch} completions x {args.completion_length} tokens per step"
     )
     print(f"{'arm':<14}{'loss-path ratio':>17}{'implied step ratio':>20}{'whole-step ratio':>18}")
     worst = 0.0
-    for arm in ARMS[1:]:
+    for arm in arms[1:]:
         implied = 1.0 + loss["extra_seconds"][arm] / stock_step
         worst = max(worst, implied)
-        print(f"{arm:<14}{loss['ratios'][arm]:>17.3f}{implied:>20.3f}{statistics.median(step_ratio[arm]):>18.3f}")
+        whole = f"{statistics.median(step_ratio[arm]):>18.3f}" if step_ratio[arm] else f"{'-':>18}"
+        print(f"{arm:<14}{loss['ratios'][arm]:>17.3f}{implied:>20.3f}{whole}")
     print(
         f"(loss path: median of {args.repeats} interleaved repeats on one batch, stock {loss['stock_seconds'] * 1e3:.1f} "
         f"ms; whole steps: median of {args.rounds} alternated rounds x {args.steps} steps, stock {stock_step * 1e3:.0f} ms)"
     )
     print(f"target: step ratio <= 1.03 -> {'met' if worst <= 1.03 else 'NOT met'} (worst implied {worst:.3f})")
+    return {"options": options, "model_path": model_path, "stock_step": stock_step, "cleanup": tmp_dir.cleanup}
 
 
 if __name__ == "__main__":
-    main()
+    main()["cleanup"]()

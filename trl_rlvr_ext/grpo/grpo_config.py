@@ -13,6 +13,7 @@ from .._compat import check_training_values
 from ..curation.samplers import CURATION_MODES as CURATION_SAMPLER_MODES
 from ..curation.samplers import PASS_RATE_TARGETS
 from ..lora_init.config import LoraInitArguments
+from ..losses.acpo import ACPO_PAPER_SETTINGS
 from ..losses.clip_recovery import CLIP_RECOVERY_FUNCTION_MODES
 from ..rewards.guard import REWARD_ON_ERROR_MODES, REWARD_ON_NAN_MODES
 
@@ -22,6 +23,15 @@ CLIPPED_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 # The config's choices are "none" (stock TRL) plus the modes the lower layers implement: one definition each.
 CLIP_RECOVERY_MODES = ("none", *CLIP_RECOVERY_FUNCTION_MODES)
 CURATION_MODES = ("none", *CURATION_SAMPLER_MODES)
+ADAPTIVE_CLIP_MODES = ("none", "acpo")
+ADAPTIVE_CLIP_SCOPES = ("global", "micro_batch")
+# Why the loss types without PPO's hard clip cannot take an adaptive clip width.
+ADAPTIVE_CLIP_REFUSED_LOSS_TYPES = {
+    "cispo": "CISPO has no trust region to adapt: it truncates a detached importance weight from above at "
+    "epsilon_high (a one-sided weight cap, not PPO's two-sided clip)",
+    "sapo": "SAPO replaces the clip by a soft sigmoid gate (sapo_temperature_*): there is no clip width",
+    "vespo": "VESPO weighs sequences with gamma weights: there is no per-token clip width",
+}
 # Loss types that average each sequence's loss (or sum) over a row count, per micro-batch. With curation="self" the
 # trainer rescales them so that every kept sequence of an optimizer window weighs 1/K (K: kept sequences in the window,
 # all processes), which needs each window inside one generation batch.
@@ -47,6 +57,40 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         clip_recovery_seed (`int`, *optional*):
             Seed of the dedicated generator for NSR's draws (the global RNG, which drives generation sampling, is not
             consumed). Defaults to `seed`. Each process offsets it by its rank, so ranks draw independent noise.
+
+        adaptive_clip (`str`, *optional*, defaults to `"none"`):
+            Per-token clip widths instead of `epsilon` / `epsilon_high`. `"none"`: stock TRL. `"acpo"`: ACPO's
+            variance-adaptive clip ("What are Key Factors for Updates in RL for LLM Reasoning?",
+            https://arxiv.org/abs/2606.22570, code https://github.com/Control-derek/ACPO): the tokens of the batch
+            are binned by their current probability into `adaptive_clip_num_bins` equal-width bins over [0, 1]; in bin
+            k the clip is [1 − ε_k, 1 + ε_k] with ε_k = clamp(base + α·σ_k, min, max) and σ_k the std of the
+            ratios of the bin's completion tokens. Only for loss types with a hard clip (grpo, bnpo, dr_grpo, dapo,
+            luspo) at `importance_sampling_level="token"`. Composes with `clip_recovery` (NSR rescues tokens past the
+            adaptive bound) and `delta`. Needs reused rollouts (`num_iterations` > 1, `steps_per_generation` >
+            `gradient_accumulation_steps`, or vLLM): otherwise the ratio is identically 1 and nothing is clipped.
+        adaptive_clip_alpha (`float`, *optional*, defaults to `3.0`):
+            α, the weight of the ratios' std in the width (paper: 3.0; the authors' code default is 1.0).
+        adaptive_clip_base (`float`, *optional*, defaults to `0.2`):
+            The base width, before the std term (paper: 0.2).
+        adaptive_clip_min (`float`, *optional*, defaults to `0.0`):
+            Lower clamp of the width (paper: 0.0; the authors' code default is 0.05).
+        adaptive_clip_max (`float`, *optional*, defaults to `3.0`):
+            Upper clamp of the width (paper: 3.0; the authors' code default is 0.5). A width >= 1 switches the lower
+            clip off for the bin (1 − ε <= 0).
+        adaptive_clip_num_bins (`int`, *optional*, defaults to `5`):
+            Number of equal-width probability bins over [0, 1], the last one closed (paper: 5).
+        adaptive_clip_scope (`str`, *optional*, defaults to `"global"`):
+            Which tokens each bin's std is taken over. `"global"`: the micro-batch of every process at this loss
+            computation (per-bin count, sum and sum of squares all-reduced), so every process uses the same bounds.
+            `"micro_batch"`: each process's own micro-batch only, as the authors' verl code computes it (there, 8
+            responses per GPU micro-batch). The two are the same on one process.
+        off_policy_diagnostics (`bool`, *optional*, defaults to `False`):
+            Log how off-policy each update is, without changing the loss: over the completion tokens with a non-zero
+            advantage, the percentiles 1, 10, 50, 90, 99 of the importance ratio (`off_policy/ratio_p{p}`) and the
+            shares clipped below and above (`off_policy/clipped_{low,high}_frac`, against the clip in use: TRL's
+            epsilons or ACPO's bounds), overall and per probability bin (`_bin{k}`, the `adaptive_clip_num_bins`
+            equal-width bins of π_θ), over all processes; and `off_policy/update_index`, the micro-step's position in
+            its rollout (0 .. steps_per_generation·num_iterations − 1). For loss types with a hard clip at token level.
 
         curation (`str`, *optional*, defaults to `"none"`):
             Which prompts GRPO trains on. `"none"`: stock TRL sampling. `"self"`: every generation step decodes each
@@ -173,6 +217,56 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     clip_recovery_seed: int | None = field(
         default=None,
         metadata={"help": "Seed for NSR's random draws (dedicated generator, offset by rank). Defaults to `seed`."},
+    )
+
+    # ---------------------------------------------------------------- Adaptive clip (ACPO)
+    adaptive_clip: str = field(
+        default="none",
+        metadata={
+            "help": "Per-token clip widths: 'none' (stock TRL: epsilon / epsilon_high) or 'acpo' (ACPO's "
+            "variance-adaptive clip, https://arxiv.org/abs/2606.22570: bin tokens by their probability, clip bin k "
+            "at 1 ± clamp(base + alpha·std_k(ratio), min, max)). Needs a loss type with a hard clip (grpo, bnpo, "
+            "dr_grpo, dapo, luspo), token-level ratios, and reused rollouts (num_iterations > 1 or "
+            "steps_per_generation > gradient_accumulation_steps).",
+            "choices": list(ADAPTIVE_CLIP_MODES),
+        },
+    )
+    adaptive_clip_alpha: float = field(
+        default=ACPO_PAPER_SETTINGS["alpha"],
+        metadata={"help": "ACPO: alpha, the weight of the ratios' std in the clip width (paper: 3.0)."},
+    )
+    adaptive_clip_base: float = field(
+        default=ACPO_PAPER_SETTINGS["base"],
+        metadata={"help": "ACPO: the base clip width, before the std term (paper: 0.2)."},
+    )
+    adaptive_clip_min: float = field(
+        default=ACPO_PAPER_SETTINGS["min_clip"],
+        metadata={"help": "ACPO: lower clamp of the clip width (paper: 0.0)."},
+    )
+    adaptive_clip_max: float = field(
+        default=ACPO_PAPER_SETTINGS["max_clip"],
+        metadata={"help": "ACPO: upper clamp of the clip width (paper: 3.0; >= 1 switches the lower clip off)."},
+    )
+    adaptive_clip_num_bins: int = field(
+        default=ACPO_PAPER_SETTINGS["num_bins"],
+        metadata={"help": "ACPO: number of equal-width bins of the token probability over [0, 1] (paper: 5)."},
+    )
+    adaptive_clip_scope: str = field(
+        default="global",
+        metadata={
+            "help": "ACPO: the tokens each bin's std is taken over: 'global' (every process's micro-batch at this "
+            "loss computation, all-reduced: the same bounds on every process) or 'micro_batch' (each process's own "
+            "micro-batch, as the authors' verl code does).",
+            "choices": list(ADAPTIVE_CLIP_SCOPES),
+        },
+    )
+    off_policy_diagnostics: bool = field(
+        default=False,
+        metadata={
+            "help": "Log off_policy/*: ratio percentiles (1, 10, 50, 90, 99) and clipped shares per side over the "
+            "tokens with a non-zero advantage, overall and per probability bin, and the micro-step's position in its "
+            "rollout (off_policy/update_index). The loss is unchanged. Hard-clip loss types, token level."
+        },
     )
 
     # ---------------------------------------------------------------- Curation
@@ -328,6 +422,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         # This package's checks alone (also run on a plain GRPOConfig converted by the trainer, whose TRL fields
         # GRPOConfig.__post_init__ has already resolved)
         self._check_clip_recovery()
+        self._check_adaptive_clip()
         self._check_curation()
         self._check_lora_init()
         self._check_reward_guard()
@@ -353,6 +448,67 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             )
         if self.clip_recovery != "none" and self.clip_recovery_seed is None:
             self.clip_recovery_seed = self.seed
+
+    def _check_adaptive_clip(self):
+        if self.adaptive_clip not in ADAPTIVE_CLIP_MODES:
+            raise ValueError(
+                f"adaptive_clip={self.adaptive_clip!r} is not supported. Use one of {list(ADAPTIVE_CLIP_MODES)}."
+            )
+        if self.adaptive_clip_scope not in ADAPTIVE_CLIP_SCOPES:
+            raise ValueError(
+                f"adaptive_clip_scope={self.adaptive_clip_scope!r} is not supported. Use one of "
+                f"{list(ADAPTIVE_CLIP_SCOPES)}: 'global' (statistics over every process) or 'micro_batch' (each "
+                "process's own, as the authors' code)."
+            )
+        if self.off_policy_diagnostics and (
+            self.loss_type not in CLIPPED_LOSS_TYPES or self.importance_sampling_level != "token"
+        ):
+            raise ValueError(
+                f"off_policy_diagnostics measures the ratios and clipped shares of PPO's token-level clip, but "
+                f"loss_type={self.loss_type!r} with importance_sampling_level={self.importance_sampling_level!r} has "
+                f"none. Use loss_type in {list(CLIPPED_LOSS_TYPES)} with importance_sampling_level='token', or set "
+                "off_policy_diagnostics=False."
+            )
+        if self.off_policy_diagnostics and (
+            not isinstance(self.adaptive_clip_num_bins, int) or self.adaptive_clip_num_bins < 1
+        ):
+            raise ValueError(
+                f"off_policy_diagnostics bins tokens by adaptive_clip_num_bins, which must be a positive integer, got "
+                f"{self.adaptive_clip_num_bins!r} (paper: 5)."
+            )
+        if self.adaptive_clip == "none":
+            return
+        if self.loss_type in ADAPTIVE_CLIP_REFUSED_LOSS_TYPES:
+            raise ValueError(
+                f"adaptive_clip={self.adaptive_clip!r} adapts the width of PPO's hard clip, but loss_type="
+                f"{self.loss_type!r} has none: {ADAPTIVE_CLIP_REFUSED_LOSS_TYPES[self.loss_type]}. Set loss_type to "
+                f"one of {list(CLIPPED_LOSS_TYPES)} (the authors' runs aggregate like 'grpo'), or adaptive_clip='none'."
+            )
+        if self.loss_type not in CLIPPED_LOSS_TYPES:
+            raise ValueError(
+                f"adaptive_clip={self.adaptive_clip!r} does not know loss_type={self.loss_type!r}. Use one of "
+                f"{list(CLIPPED_LOSS_TYPES)}."
+            )
+        if self.importance_sampling_level != "token":
+            raise ValueError(
+                f"adaptive_clip={self.adaptive_clip!r} bins each token by its own probability and clips its own ratio; "
+                f"with importance_sampling_level={self.importance_sampling_level!r} the ratio is one per sequence, "
+                "which has no token probability to bin. Set importance_sampling_level='token' (the paper's setting)."
+            )
+        if not isinstance(self.adaptive_clip_num_bins, int) or self.adaptive_clip_num_bins < 1:
+            raise ValueError(
+                f"adaptive_clip_num_bins must be a positive integer, got {self.adaptive_clip_num_bins!r} (paper: 5)."
+            )
+        for name in ("alpha", "base", "min", "max"):
+            value = getattr(self, f"adaptive_clip_{name}")
+            if not value >= 0:  # also refuses NaN
+                paper = ACPO_PAPER_SETTINGS[name if name in ("alpha", "base") else f"{name}_clip"]
+                raise ValueError(f"adaptive_clip_{name} must be a number >= 0, got {value!r} (paper: {paper}).")
+        if self.adaptive_clip_max < self.adaptive_clip_min:
+            raise ValueError(
+                f"adaptive_clip_max ({self.adaptive_clip_max}) must be >= adaptive_clip_min ({self.adaptive_clip_min}): "
+                "the width is clamped to [min, max] (paper: 0.0 and 3.0)."
+            )
 
     def _check_curation(self):
         if self.curation not in CURATION_MODES:

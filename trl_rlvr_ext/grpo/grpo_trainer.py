@@ -1,9 +1,10 @@
-"""`RLVRGRPOTrainer`: TRL's `GRPOTrainer` plus stochastic clip recovery (NSR).
+"""`RLVRGRPOTrainer`: TRL's `GRPOTrainer` plus clip recovery (NSR), ACPO's adaptive clip, curation, dynamic sampling.
 
 With every option of `RLVRGRPOConfig` at its default, each overridden method delegates to TRL unchanged, so the
 trainer is stock `GRPOTrainer` to the bit (tests/test_grpo_trainer.py proves it).
 """
 
+import math
 from typing import ClassVar
 
 import torch
@@ -11,7 +12,10 @@ from trl import GRPOConfig, GRPOTrainer
 
 from .._compat import check_fsdp_really_runs, resolve_trainer_config
 from .._trl import load_copy
+from ..losses.acpo import acpo_bin_index, acpo_bins
 from ..losses.clip_recovery import clip_recovery_objective
+from ..losses.off_policy import RATIO_PERCENTILES, clipped_counts, ratio_percentiles
+from ..losses.ppo import ppo_clipped_objective
 from ..rewards.guard import guard_reward_funcs
 from .checkpoint_state import CheckpointState, CheckpointStateMixin
 from .curation_mixin import CurationMixin
@@ -35,6 +39,12 @@ class RLVRGRPOTrainer(
       tokens cut off by PPO's clip are rescued at random (or given their expected weight), see
       `trl_rlvr_ext.losses.clip_recovery_objective`. Logged as `clip_recovery/low_frac` and
       `clip_recovery/high_frac` (rescued tokens over all completion tokens), beside TRL's `clip_ratio/*`.
+    - ACPO's variance-adaptive clip (`adaptive_clip="acpo"`, https://arxiv.org/abs/2606.22570): per-token clip
+      widths from the std of the ratios in probability bins, see `trl_rlvr_ext.losses.acpo_clip_bounds`; logged as
+      `adaptive_clip/*`. Composes with clip recovery (NSR then rescues tokens past the adaptive bound).
+    - Off-policy diagnostics (`off_policy_diagnostics=True`): ratio percentiles and clipped shares over the tokens
+      with a non-zero advantage, overall and per probability bin, and each micro-step's position in its rollout;
+      logged as `off_policy/*`, with the loss unchanged.
     - Online curation (`curation="self"`, https://huggingface.co/papers/2510.02230, or `"pass_rate"`): train only on
       prompts the policy does not yet solve greedily, or sample prompts by a running pass-rate estimate
       (`CurationMixin`); logged as `curation/*`.
@@ -113,30 +123,130 @@ class RLVRGRPOTrainer(
         self._pending_recovery_state = state
         self._recovery_generator = None
 
-    def _clip_recovery_loss(self, ratio: torch.Tensor, advantages: torch.Tensor):
-        """The per-token loss of PPO's clipped objective with clip recovery, and the rescue masks. The marked blocks in
-        the copy of TRL's `_compute_loss` compute it from TRL's ratio before TRL's own `-min(r·A, clip(r)·A)` and put
-        it in its place (computed there, so that autograd sums the gradients in the same order as TRL)."""
-        surrogate, recovery_masks = clip_recovery_objective(
-            ratio,
-            advantages,
-            self.epsilon_low,
-            self.epsilon_high,
-            mode=self.args.clip_recovery,
-            generator=self._clip_recovery_generator(ratio.device),
-            delta=self.args.delta,
-        )
-        return -surrogate, recovery_masks
+    # ---------------------------------------------------------------- PPO's clipped objective: NSR and ACPO
+    def _clip_objective_loss(self, ratio, advantages, per_token_logps, mask):
+        """The per-token loss of PPO's clipped objective with our options, and what its metrics need.
 
-    def _log_clip_recovery(self, mode: str, recovery_masks: dict, mask: torch.Tensor, global_masked_mean) -> None:
-        # Rescued tokens over all completion tokens (a rescued sequence rescues all of its tokens), reduced over ranks
-        # by TRL's own `global_masked_mean`, as its `clip_ratio/*` metrics are.
+        The marked blocks in the copy of TRL's `_compute_loss` compute it from TRL's ratio before TRL's own
+        `-min(r·A, clip(r)·A)` and put it in its place (computed there, so that autograd sums the gradients in the
+        same order as TRL). The clip widths are TRL's `epsilon_low` / `epsilon_high`, or ACPO's per-token widths
+        (`adaptive_clip="acpo"`); the clipped tokens stay clipped (PPO) or are rescued (`clip_recovery`).
+        """
+        epsilon_low, epsilon_high, acpo = self.epsilon_low, self.epsilon_high, None
+        if self.args.adaptive_clip == "acpo":
+            acpo = self._acpo_bins(per_token_logps, ratio, mask)
+            epsilon_low = epsilon_high = acpo.bound
+        if self.args.clip_recovery == "none":
+            surrogate, clipped_low, clipped_high = ppo_clipped_objective(
+                ratio, advantages, epsilon_low, epsilon_high, delta=self.args.delta
+            )
+            masks = {"clipped_low": clipped_low, "clipped_high": clipped_high}
+        else:
+            surrogate, masks = clip_recovery_objective(
+                ratio,
+                advantages,
+                epsilon_low,
+                epsilon_high,
+                mode=self.args.clip_recovery,
+                generator=self._clip_recovery_generator(ratio.device),
+                delta=self.args.delta,
+            )
+        diagnostics = None
+        if self.args.off_policy_diagnostics:
+            probs = torch.exp(per_token_logps.detach())
+            diagnostics = {"ratio": ratio.detach(), "advantages": advantages, "probs": probs, "mask": mask}
+        return -surrogate, {"masks": masks, "acpo": acpo, "diagnostics": diagnostics}
+
+    def _acpo_bins(self, per_token_logps: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor):
+        """ACPO's bins over the current probabilities π_θ = exp(per-token log-probs, at TRL's temperature), the
+        authors' `current_probs`. With `adaptive_clip_scope="global"` the per-bin moments are summed over processes,
+        so every process clips with the same bounds (one all-reduce of 3 × num_bins float64 per loss computation)."""
+        args = self.args
+        reduce = None
+        if args.adaptive_clip_scope == "global":
+            reduce = lambda moments: self.accelerator.reduce(moments, reduction="sum")  # noqa: E731
+        return acpo_bins(
+            torch.exp(per_token_logps.detach()),
+            ratio,
+            mask,
+            alpha=args.adaptive_clip_alpha,
+            base=args.adaptive_clip_base,
+            min_clip=args.adaptive_clip_min,
+            max_clip=args.adaptive_clip_max,
+            num_bins=args.adaptive_clip_num_bins,
+            reduce_moments=reduce,
+        )
+
+    def _log_clip_objective(self, mode: str, clip_state: dict, mask: torch.Tensor, global_masked_mean) -> None:
+        # Token fractions over all completion tokens, reduced over ranks by TRL's own `global_masked_mean`, as its
+        # `clip_ratio/*` metrics are (a rescued or clipped sequence counts all of its tokens).
+        masks, acpo = clip_state["masks"], clip_state["acpo"]
+        if self.args.clip_recovery != "none":
+            for side in ("low", "high"):
+                rescued = masks[f"rescued_{side}"].float().expand_as(mask)
+                self._metrics[mode][f"clip_recovery/{side}_frac"].append(global_masked_mean(rescued))
+        if acpo is not None:
+            self._log_acpo(mode, acpo, masks, global_masked_mean)
+        if clip_state["diagnostics"] is not None:
+            self._log_off_policy(mode, clip_state["diagnostics"], masks)
+
+    def _log_acpo(self, mode: str, acpo, masks: dict, global_masked_mean) -> None:
+        # TRL's `clip_ratio/*` keep measuring against the fixed epsilon / epsilon_high; these use ACPO's bounds.
         for side in ("low", "high"):
-            rescued = recovery_masks[f"rescued_{side}"].float().expand_as(mask)
-            self._metrics[mode][f"clip_recovery/{side}_frac"].append(global_masked_mean(rescued))
+            clipped = masks[f"clipped_{side}"].float()
+            self._metrics[mode][f"adaptive_clip/clip_ratio_{side}"].append(global_masked_mean(clipped))
+        count = acpo.count
+        present = (count > 0).to(torch.float64)
+        # per bin: [number of processes where it is non-empty, Σ bound, Σ std, tokens]
+        per_bin = torch.stack(
+            [present, acpo.bin_bound.nan_to_num() * present, acpo.ratio_std.nan_to_num() * present, count]
+        )
+        if self.args.adaptive_clip_scope == "micro_batch":  # each process has its own bounds: log their mean
+            per_bin = self.accelerator.reduce(per_bin, reduction="sum")
+        processes, bound_sum, std_sum, tokens = per_bin.tolist()
+        total = max(sum(tokens), 1.0)
+        for k in range(len(tokens)):
+            self._metrics[mode][f"adaptive_clip/token_frac_bin{k}"].append(tokens[k] / total)
+            if processes[k] > 0:  # an empty bin has no bound: not logged rather than logged as NaN
+                self._metrics[mode][f"adaptive_clip/bound_bin{k}"].append(bound_sum[k] / processes[k])
+                self._metrics[mode][f"adaptive_clip/ratio_std_bin{k}"].append(std_sum[k] / processes[k])
+
+    def _log_off_policy(self, mode: str, diagnostics: dict, masks: dict) -> None:
+        """`off_policy/*`: the ratios' percentiles and the clipped shares over the tokens with a non-zero advantage,
+        overall and per probability bin, over every process; and the micro-step's position in its rollout."""
+        args, num_bins = self.args, self.args.adaptive_clip_num_bins
+        ratio, mask = diagnostics["ratio"], diagnostics["mask"]
+        select = mask.bool() & (diagnostics["advantages"] != 0)
+        bin_index = acpo_bin_index(diagnostics["probs"], select, num_bins)
+        counts = self.accelerator.reduce(
+            clipped_counts(masks["clipped_low"], masks["clipped_high"], bin_index, num_bins), reduction="sum"
+        )
+        # every process's selected ratios with their bins, NaN-padded to one length, so the percentiles are global
+        local = torch.stack([ratio[select].float(), bin_index[select].float()], dim=1)
+        pooled = self.accelerator.gather(self.accelerator.pad_across_processes(local, pad_index=float("nan")))
+        values, bins = pooled[:, 0], pooled[:, 1]
+        percentiles = torch.stack(
+            [ratio_percentiles(values), *(ratio_percentiles(values[bins == k]) for k in range(num_bins))]
+        )
+        tokens, low, high = counts.tolist()
+        for row, suffix in zip(percentiles.tolist(), ["", *(f"_bin{k}" for k in range(num_bins))], strict=True):
+            for p, value in zip(RATIO_PERCENTILES, row, strict=True):
+                if not math.isnan(value):  # NaN: the (bin's) selection is empty
+                    self._metrics[mode][f"off_policy/ratio_p{p}{suffix}"].append(value)
+        for k, suffix in [(num_bins, ""), *((k, f"_bin{k}") for k in range(num_bins))]:
+            if tokens[k] > 0:
+                self._metrics[mode][f"off_policy/clipped_low_frac{suffix}"].append(low[k] / tokens[k])
+                self._metrics[mode][f"off_policy/clipped_high_frac{suffix}"].append(high[k] / tokens[k])
+        if mode == "train":  # TRL's `_step` (micro-steps so far) is incremented after the loss of this one
+            cycle = args.steps_per_generation * self.num_iterations
+            self._metrics[mode]["off_policy/update_index"].append(float(self._step % cycle))
 
     def _compute_loss(self, model, inputs):
-        if self.args.clip_recovery == "none":
+        if (
+            self.args.clip_recovery == "none"
+            and self.args.adaptive_clip == "none"
+            and not self.args.off_policy_diagnostics
+        ):
             return super()._compute_loss(model, inputs)
-        # TRL's `_compute_loss` for the installed TRL, with NSR in its marked blocks (trl_rlvr_ext/_trl/)
+        # TRL's `_compute_loss` for the installed TRL, with NSR / ACPO / diagnostics in its marked blocks (trl_rlvr_ext/_trl/)
         return _TRL_COPY._compute_loss(self, model, inputs)

@@ -1,15 +1,26 @@
 """Pure tensor functions: no trainer, no model, no accelerate."""
 
+from .acpo import ACPO_PAPER_SETTINGS, AcpoBins, acpo_bins, acpo_clip_bounds
 from .clip_recovery import clip_recovery_objective, nsr_expected_weight, nsr_rescue_probability
 from .is_daa import is_daa_clip, is_daa_log_weights, is_daa_weight_stats, is_daa_weights
+from .off_policy import RATIO_PERCENTILES, clipped_counts, ratio_percentiles
+from .ppo import ppo_clipped_objective
 
 
 __all__ = [
+    "ACPO_PAPER_SETTINGS",
+    "RATIO_PERCENTILES",
+    "AcpoBins",
+    "acpo_bins",
+    "acpo_clip_bounds",
     "clip_recovery_objective",
+    "clipped_counts",
     "is_daa_clip",
     "is_daa_log_weights",
     "is_daa_weight_stats",
     "is_daa_weights",
     "nsr_expected_weight",
     "nsr_rescue_probability",
+    "ppo_clipped_objective",
+    "ratio_percentiles",
 ]

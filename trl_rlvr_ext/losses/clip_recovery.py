@@ -18,6 +18,8 @@ sampling (the paper's deterministic ablation).
 
 import torch
 
+from .ppo import ppo_clipped_objective
+
 
 CLIP_RECOVERY_FUNCTION_MODES = ("nsr", "nsr_expected")
 
@@ -40,11 +42,31 @@ def nsr_expected_weight(ratio: torch.Tensor, epsilon_low: float, epsilon_high: f
     raise ValueError(f"side must be 'high' or 'low', got {side!r}.")
 
 
+def _check_per_token_epsilons(ratio: torch.Tensor, epsilon_low, epsilon_high) -> None:
+    for name, value in (("epsilon_low", epsilon_low), ("epsilon_high", epsilon_high)):
+        value = torch.as_tensor(value)
+        if not value.is_floating_point():
+            raise ValueError(f"per-token {name} must be a floating-point tensor, got dtype {value.dtype}.")
+        try:
+            broadcast = torch.broadcast_shapes(value.shape, ratio.shape)
+        except RuntimeError:
+            broadcast = None
+        if broadcast != ratio.shape:
+            raise ValueError(
+                f"per-token {name} of shape {tuple(value.shape)} does not broadcast to the ratio's shape "
+                f"{tuple(ratio.shape)}."
+            )
+        if bool((value < 0).any()) or bool(value.isnan().any()):
+            raise ValueError(
+                f"every per-token {name} must be a number >= 0 (a clip width), got a negative or NaN one."
+            )
+
+
 def clip_recovery_objective(
     ratio: torch.Tensor,
     advantages: torch.Tensor,
-    epsilon_low: float,
-    epsilon_high: float,
+    epsilon_low: float | torch.Tensor,
+    epsilon_high: float | torch.Tensor,
     mode: str = "nsr",
     generator: torch.Generator | None = None,
     *,
@@ -55,8 +77,11 @@ def clip_recovery_objective(
     Args:
         ratio: importance ratio r = π_θ/π_old, differentiable; (B, T) at token level or (B, 1) at sequence level.
         advantages: A, broadcastable against ``ratio``: (B, 1) or (B, T).
-        epsilon_low: ε_l, the lower clip width (the trust region is [1 − ε_l, 1 + ε_h]).
-        epsilon_high: ε_h, the upper clip width.
+        epsilon_low: ε_l, the lower clip width (the trust region is [1 − ε_l, 1 + ε_h]): a float in [0, 1), or a
+            tensor of per-token widths broadcastable against ``ratio`` (ACPO's adaptive bounds, `acpo_clip_bounds`).
+            A per-token width may be >= 1: that token's lower bound 1 − ε_l <= 0 is never crossed by a ratio, so it is
+            never lower-clipped (nor rescued).
+        epsilon_high: ε_h, the upper clip width (>= 0): a float or a tensor of per-token widths, as ``epsilon_low``.
         mode: ``"nsr"`` (sampled rescue) or ``"nsr_expected"`` (deterministic expected weights).
         generator: the ``torch.Generator`` NSR draws u from (on ``ratio``'s device); ``None`` uses the global RNG.
         delta: optional INTELLECT-2 upper cap on the unclipped ratio (TRL's ``delta``): unclipped tokens then give
@@ -71,19 +96,17 @@ def clip_recovery_objective(
     """
     if mode not in CLIP_RECOVERY_FUNCTION_MODES:
         raise ValueError(f"mode={mode!r} is not supported. Use one of {list(CLIP_RECOVERY_FUNCTION_MODES)}.")
-    if not 0.0 <= epsilon_low < 1.0:
-        raise ValueError(f"epsilon_low must be in [0, 1) so that 1 - epsilon_low > 0, got {epsilon_low}.")
-    if epsilon_high < 0.0:
-        raise ValueError(f"epsilon_high must be >= 0, got {epsilon_high}.")
+    if torch.is_tensor(epsilon_low) or torch.is_tensor(epsilon_high):
+        _check_per_token_epsilons(ratio, epsilon_low, epsilon_high)
+    else:
+        if not 0.0 <= epsilon_low < 1.0:
+            raise ValueError(f"epsilon_low must be in [0, 1) so that 1 - epsilon_low > 0, got {epsilon_low}.")
+        if epsilon_high < 0.0:
+            raise ValueError(f"epsilon_high must be >= 0, got {epsilon_high}.")
 
     lower, upper = 1.0 - epsilon_low, 1.0 + epsilon_high
     # Stock PPO surrogate, written as TRL writes it so that unrescued elements are bit-identical to TRL's.
-    clipped_ratio = torch.clamp(ratio, lower, upper)
-    capped_ratio = ratio if delta is None else torch.clamp(ratio, max=delta)
-    objective = torch.min(capped_ratio * advantages, clipped_ratio * advantages)
-
-    clipped_low = (ratio < lower) & (advantages < 0)
-    clipped_high = (ratio > upper) & (advantages > 0)
+    objective, clipped_low, clipped_high = ppo_clipped_objective(ratio, advantages, epsilon_low, epsilon_high, delta)
     # The rescue rule and its weights in float32 whatever the ratio's dtype: in bf16 (8 mantissa bits) u would take
     # only 256 values in [0.5, 1) and r·u ≤ 1+ε_h would be decided on rounded products. TRL hands float32 ratios (its
     # log-probs are float32 even for a bf16 model), for which this is the identity.

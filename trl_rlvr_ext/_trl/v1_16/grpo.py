@@ -106,9 +106,9 @@ class GRPOTrainerCopy:
             clamped_ratios = torch.clamp(coef_1, max=self.epsilon_high).detach()
             per_token_loss = -clamped_ratios * advantages * per_token_logps
         elif self.loss_type in ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"]:
-            # --- clip-recovery begin
-            recovered_loss, recovery_masks = self._clip_recovery_loss(coef_1, advantages)
-            # --- clip-recovery end
+            # --- clip-objective begin
+            clip_loss, clip_state = self._clip_objective_loss(coef_1, advantages, per_token_logps, mask)
+            # --- clip-objective end
             coef_2 = torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)
             # Two-sided clipping
             if self.args.delta is not None:
@@ -117,9 +117,9 @@ class GRPOTrainerCopy:
             per_token_loss1 = coef_1 * advantages
             per_token_loss2 = coef_2 * advantages
             per_token_loss = -torch.min(per_token_loss1, per_token_loss2)
-            # --- clip-recovery begin
-            per_token_loss = recovered_loss
-            # --- clip-recovery end
+            # --- clip-objective begin
+            per_token_loss = clip_loss
+            # --- clip-objective end
         elif self.loss_type == "sapo":
             temperatures = torch.where(advantages > 0, self.args.sapo_temperature_pos, self.args.sapo_temperature_neg)
             soft_coef_1 = torch.sigmoid(temperatures * (coef_1 - 1)) * 4 / temperatures
@@ -283,9 +283,9 @@ class GRPOTrainerCopy:
             self._metrics[mode]["clip_ratio/low_min"].append(nanmin(gathered_low_clip).item())
             gathered_high_clip = self.accelerator.gather(masked_seq_mean(is_high_clipped.float()))
             self._metrics[mode]["clip_ratio/high_max"].append(nanmax(gathered_high_clip).item())
-            # --- clip-recovery begin
-            self._log_clip_recovery(mode, recovery_masks, mask, global_masked_mean)
-            # --- clip-recovery end
+            # --- clip-objective begin
+            self._log_clip_objective(mode, clip_state, mask, global_masked_mean)
+            # --- clip-objective end
         elif self.loss_type == "cispo":
             is_cispo_clipped = (coef_1 > self.epsilon_high) & (advantages > 0)
             self._metrics[mode]["cispo_clip_ratio"].append(global_masked_mean(is_cispo_clipped.float()))
