@@ -95,7 +95,7 @@ def test_dataset_without_prompt_column_is_a_clear_error(tiny_model_path, tmp_pat
     data = tmp_path / "data.jsonl"
     Dataset.from_dict({"question": ["1+1="], "answer": ["2"]}).to_json(data)
     argv = ["--model_name_or_path", tiny_model_path, "--dataset_name", str(data), "--output_dir", str(tmp_path)]
-    argv += ["--use_cpu", "true", "--report_to", "none"]
+    argv += ["--use_cpu", "true", "--report_to", "none", "--reward_funcs", "toy_accuracy"]
     with pytest.raises(ValueError, match=r"has no column\(s\) \['prompt'\]"):
         grpo_script.build_trainer(*_parse(argv))
 

@@ -44,7 +44,8 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
         main(argv)
 
 
-def test_bad_selections_fail_naming_the_choices(tmp_path):
+def test_bad_selections_fail_naming_the_choices(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_RLVR_EXT_DEBUG", "1")  # the CLI re-raises its clear errors instead of one line
     with pytest.raises(ValueError, match="choose from"):
         main(["study", "self", "--quick", "--tasks", "toyy", "--out_dir", str(tmp_path)])
     with pytest.raises(SystemExit):

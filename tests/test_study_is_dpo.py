@@ -121,7 +121,8 @@ def test_is_dpo_tasks_are_the_self_studys_with_the_same_cached_bases(monkeypatch
             assert arm.config == {"beta": float(name.split("_b")[1]), "importance_sampling": name.startswith("is")}
 
 
-def test_is_dpo_refuses_a_size_it_does_not_use(tmp_path):
+def test_is_dpo_refuses_a_size_it_does_not_use(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_RLVR_EXT_DEBUG", "1")  # the CLI re-raises its clear errors instead of one line
     with pytest.raises(ValueError, match="steps_per_generation=2 means nothing"):
         main(
             [

@@ -66,3 +66,6 @@ def run(model_path: str, out_dir: str, scope: str) -> None:
 if __name__ == "__main__":
     for scope in ("global", "micro_batch"):
         run(sys.argv[1], sys.argv[2], scope)
+    from clean_exit import exit_cleanly  # the script's folder is on sys.path
+
+    exit_cleanly()  # gloo may abort at interpreter exit after the work is done (clean_exit.py)

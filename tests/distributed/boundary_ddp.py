@@ -51,3 +51,6 @@ def main(model_path: str, out_dir: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
+    from clean_exit import exit_cleanly  # the script's folder is on sys.path
+
+    exit_cleanly()  # gloo may abort at interpreter exit after the work is done (clean_exit.py)
