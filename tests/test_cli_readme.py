@@ -16,9 +16,11 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_readme_blocks_run_verbatim(tmp_path):
     namespace = run_markdown(README, tmp_path)  # a fresh directory: nothing from the clone is at hand
     trainer = namespace["trainer"]
-    assert trainer.state.global_step == 2
+    assert trainer.state.global_step == 300
     assert trainer.args.clip_recovery == "nsr" and trainer.args.use_cpu
-    assert os.path.isdir(tmp_path / "tiny-model")
+    logs = namespace["logs"]
+    assert len(logs) >= 2 and "clip_recovery/high_frac" in logs[0]
+    assert os.path.isdir(tmp_path / "toy-nsr")
 
 
 def test_every_readme_block_runs_or_says_why_not():
