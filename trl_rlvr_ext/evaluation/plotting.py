@@ -49,17 +49,17 @@ def plot_pass_at_k(curves, path: str, title: str | None = None, metric: str = "p
         for label, curve in curves.items():
             ks = sorted(int(k) for k in curve)
             all_ks.update(ks)
-            (line,) = ax.plot(ks, [100.0 * curve[k] for k in ks], marker="o", label=str(label))
+            (line,) = ax.plot(ks, [curve[k] for k in ks], marker="o", label=str(label))
             if label in bands:  # the bootstrap confidence interval of each point, as a band in the line's colour
-                low = [100.0 * bands[label][k][0] for k in ks]
-                high = [100.0 * bands[label][k][1] for k in ks]
+                low = [bands[label][k][0] for k in ks]
+                high = [bands[label][k][1] for k in ks]
                 ax.fill_between(ks, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted(all_ks))
         ax.set_xticklabels([str(k) for k in sorted(all_ks)])
         ax.set_xlabel("k (samples)")
-        ax.set_ylabel(f"{metric}k (%)")
-        ax.set_ylim(0, 100)
+        ax.set_ylabel(f"{metric}k")  # fractions, as the API, the JSON and the docs' tables hold them
+        ax.set_ylim(0, 1)
         ax.grid(True, alpha=0.3)
         level = next((r.config.get("confidence_level") for r in results if r.label in bands), None)
         default_title = f"{metric}k" + (f" ({100 * level:g}% bootstrap intervals)" if level else "")
