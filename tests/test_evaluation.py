@@ -511,11 +511,11 @@ def test_plot_draws_a_band_per_result_that_carries_intervals(tmp_path, monkeypat
     assert len(calls) == 1  # one band, for the result with intervals
     ks, low, high = calls[0]
     assert ks == [1, 2, 4]
-    assert low == [100 * banded.intervals[f"pass@{k}"][0] for k in ks]
-    assert high == [100 * banded.intervals[f"pass@{k}"][1] for k in ks]
+    assert low == [banded.intervals[f"pass@{k}"][0] for k in ks]
+    assert high == [banded.intervals[f"pass@{k}"][1] for k in ks]
     calls.clear()
     plot_pass_at_k([banded, bare], str(tmp_path / "m.png"), metric="maj@")  # `bare` has no maj@k: skipped
-    assert len(calls) == 1 and calls[0][1] == [100 * banded.intervals[f"maj@{k}"][0] for k in ks]
+    assert len(calls) == 1 and calls[0][1] == [banded.intervals[f"maj@{k}"][0] for k in ks]
     with pytest.raises(ValueError, match="no maj@k curve"):
         plot_pass_at_k([bare], str(tmp_path / "x.png"), metric="maj@")
     with pytest.raises(ValueError, match="metric must be"):
