@@ -1,0 +1,163 @@
+"""The verdict rule of a study: a pre-declared, paired comparison with a 95 % interval, judged mechanically.
+
+A claim names an arm, its baseline, a metric and the claimed direction, and, where the paper gives one, the paper's
+effect size (else a smallest effect of interest). The effect is the **paired** difference, arm minus baseline, on the
+same seeds and the same problems:
+
+    d[s, p] = metric_arm[s, p] − metric_baseline[s, p]        (seed s, problem p)
+    effect  = mean_s mean_p d[s, p]
+
+Its interval is a **hierarchical bootstrap**: resample the seeds with replacement, then, within each drawn seed, the
+problems with replacement, and take the mean; the interval is the percentile interval of those means. Both sources of
+variation (training seeds, the finite problem set) enter, and the pairing is kept (a problem's arm and baseline
+values are resampled together).
+
+The verdict follows from the interval ``[lo, hi]`` of the effect signed in the claimed direction, and nothing else:
+
+- **reproduced**: ``lo > 0`` (the interval excludes 0 in the claimed direction);
+- **not reproduced**: ``hi < threshold``, the paper's effect or the smallest effect of interest (the interval excludes
+  it: any effect there is smaller than claimed, or opposite);
+- **inconclusive**: neither.
+
+`minimum_detectable_effect` gives the effect this design would detect with 80 % power at this level, from the
+bootstrap's standard error: ``(z_{1−α/2} + z_{0.8}) · se``. Pure numpy; no trainer, no study.
+"""
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+
+VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One pre-declared comparison: ``arm`` against ``baseline`` on ``metric``, in ``direction`` (+1: the arm is
+    claimed higher, −1: lower), with the paper's effect size or a smallest effect of interest (in the metric's units,
+    signed in the claimed direction, so positive)."""
+
+    name: str
+    arm: str
+    baseline: str
+    metric: str
+    direction: int = 1
+    paper_effect: float | None = None
+    smallest_effect: float | None = None
+
+    def __post_init__(self):
+        if self.direction not in (1, -1):
+            raise ValueError(f"direction must be +1 (arm higher) or -1 (arm lower), got {self.direction}.")
+        threshold = self.threshold
+        if threshold is None:
+            raise ValueError(
+                f"Claim {self.name!r} needs paper_effect or smallest_effect: without one, 'not reproduced' is "
+                "undefined (no effect size can be excluded)."
+            )
+        if not threshold > 0:
+            raise ValueError(
+                f"Claim {self.name!r}: the effect to exclude must be > 0 (signed in the claimed direction)."
+            )
+
+    @property
+    def threshold(self) -> float | None:
+        return self.paper_effect if self.paper_effect is not None else self.smallest_effect
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """A claim's effect, interval, minimum detectable effect and the verdict the rule gives."""
+
+    claim: Claim
+    effect: float  # signed in the claimed direction
+    low: float
+    high: float
+    minimum_detectable_effect: float
+    num_seeds: int
+    num_problems: int
+    verdict: str
+
+
+def paired_differences(arm: Mapping[int, Sequence[float]], baseline: Mapping[int, Sequence[float]]) -> np.ndarray:
+    """``d[s, p]``: per seed (the seeds both have) and per problem, arm minus baseline. Every seed must hold the same
+    problems, in the same order, in both."""
+    seeds = sorted(set(arm) & set(baseline))
+    if len(seeds) < 2:
+        raise ValueError(
+            f"A paired comparison needs at least 2 seeds that both arms ran, got {seeds} (arm {sorted(arm)}, "
+            f"baseline {sorted(baseline)})."
+        )
+    rows = []
+    for seed in seeds:
+        a, b = np.asarray(arm[seed], dtype=float), np.asarray(baseline[seed], dtype=float)
+        if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+            raise ValueError(f"Seed {seed}: the arm has {a.shape} values and the baseline {b.shape}; they must pair.")
+        rows.append(a - b)
+    if len({row.size for row in rows}) != 1:
+        raise ValueError("Every seed must be evaluated on the same problems.")
+    return np.stack(rows)
+
+
+def hierarchical_bootstrap(differences: np.ndarray, num_resamples: int = 10_000, seed: int = 0) -> np.ndarray:
+    """Means of ``num_resamples`` two-level resamples of ``differences`` (seeds × problems): seeds with replacement,
+    then problems with replacement within each drawn seed (drawn in chunks, so memory stays bounded)."""
+    differences = np.asarray(differences, dtype=float)
+    num_seeds, num_problems = differences.shape
+    rng = np.random.default_rng(seed)
+    means = []
+    for start in range(0, num_resamples, 1000):
+        size = min(1000, num_resamples - start)
+        seed_draws = rng.integers(0, num_seeds, size=(size, num_seeds))
+        problem_draws = rng.integers(0, num_problems, size=(size, num_seeds, num_problems))
+        means.append(differences[seed_draws[..., None], problem_draws].mean(axis=(1, 2)))
+    return np.concatenate(means)
+
+
+def _normal_quantile(p: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(p)
+
+
+def minimum_detectable_effect(standard_error: float, confidence: float = 0.95, power: float = 0.8) -> float:
+    """The smallest true effect this design detects (interval excludes 0) with probability ``power``."""
+    return (_normal_quantile(1 - (1 - confidence) / 2) + _normal_quantile(power)) * standard_error
+
+
+def decide(low: float, high: float, threshold: float) -> str:
+    """The verdict of an interval ``[low, high]`` of an effect signed in the claimed direction (see the module)."""
+    if not low <= high:
+        raise ValueError(f"An interval needs low <= high, got [{low}, {high}].")
+    if low > 0:
+        return "reproduced"
+    if high < threshold:
+        return "not reproduced"
+    return "inconclusive"
+
+
+def judge(
+    claim: Claim,
+    arm: Mapping[int, Sequence[float]],
+    baseline: Mapping[int, Sequence[float]],
+    confidence: float = 0.95,
+    num_resamples: int = 10_000,
+    seed: int = 0,
+) -> Judgement:
+    """The claim judged on per-seed, per-problem values of its metric (e.g. each problem's unbiased pass@k)."""
+    differences = claim.direction * paired_differences(arm, baseline)
+    means = hierarchical_bootstrap(differences, num_resamples=num_resamples, seed=seed)
+    alpha = 1 - confidence
+    low, high = (float(v) for v in np.quantile(means, [alpha / 2, 1 - alpha / 2]))
+    mde = minimum_detectable_effect(float(means.std(ddof=1)), confidence)
+    return Judgement(
+        claim=claim,
+        effect=float(differences.mean()),
+        low=low,
+        high=high,
+        minimum_detectable_effect=mde if math.isfinite(mde) else float("nan"),
+        num_seeds=differences.shape[0],
+        num_problems=differences.shape[1],
+        verdict=decide(low, high, claim.threshold),
+    )
