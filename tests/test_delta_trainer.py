@@ -140,3 +140,20 @@ def test_toy_delta_recipe_runs_through_the_script(tiny_model_path, tmp_path):
     logs = [log for log in trainer.state.log_history if "loss" in log]
     assert len(logs) == 2 and logs[0]["token_credit/weight_std"] > 0
     assert logs[0]["token_credit/weight_mean"] == pytest.approx(1.0, rel=1e-5)
+
+
+def test_delta_with_a_lora_adapter(tiny_model_path, tmp_path):
+    """Under PEFT the hook sits on the wrapped model's backbone: the run trains the adapter with non-trivial weights."""
+    from peft import LoraConfig
+
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, token_credit="delta", max_steps=2, learning_rate=1e-3))
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path,
+        reward_funcs=digit_reward,
+        args=args,
+        train_dataset=prompt_dataset(),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    trainer.train()
+    logs = [log for log in _step_logs(trainer) if "token_credit/weight_std" in log]
+    assert logs and logs[0]["token_credit/weight_std"] > 0
