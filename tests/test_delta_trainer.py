@@ -16,11 +16,18 @@ FORCED_ONE = {"token_credit": "delta", "token_credit_w_lo": 1.0, "token_credit_w
 METRICS = ["weight_mean", "weight_min", "weight_max", "weight_std", "frac_at_low", "frac_at_high"]
 
 
-def test_delta_with_the_weights_forced_to_one_is_stock_trl(tiny_model_path, tmp_path):
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"loss_type": "grpo", "importance_sampling_level": "sequence"}, {"loss_type": "luspo", "beta": 0.1}],
+    ids=["dapo", "grpo-seq", "luspo-beta"],
+)
+def test_delta_with_the_weights_forced_to_one_is_stock_trl(tiny_model_path, tmp_path, options):
     """w_lo = w_hi = 1: every weight is exactly 1 (N / N), so the run must be stock TRL's to the bit (losses, every
     TRL metric, parameters) while the whole hidden-state path runs: the extra forward, the hook, the weights."""
-    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock")
-    ours, _, ours_after = _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", **FORCED_ONE)
+    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock", **options)
+    ours, _, ours_after = _train(
+        RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", **options, **FORCED_ONE
+    )
     assert any(log["clip_ratio/region_mean"] > 0 for log in _step_logs(stock)), "clip never active: test is void"
     _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="token_credit/")
     logged = [log for log in _step_logs(ours) if "token_credit/weight_mean" in log]
