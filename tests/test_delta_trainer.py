@@ -164,3 +164,27 @@ def test_delta_with_a_lora_adapter(tiny_model_path, tmp_path):
     trainer.train()
     logs = [log for log in _step_logs(trainer) if "token_credit/weight_std" in log]
     assert logs and logs[0]["token_credit/weight_std"] > 0
+
+
+def test_delta_in_evaluation(tiny_model_path, tmp_path):
+    """Evaluation computes the loss too: its batches get weights (per_device_eval_batch_size chunks), logged as eval_."""
+    args = RLVRGRPOConfig(
+        **grpo_kwargs(
+            tmp_path,
+            token_credit="delta",
+            max_steps=2,
+            eval_strategy="steps",
+            eval_steps=2,
+            per_device_eval_batch_size=4,
+        )
+    )
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path,
+        reward_funcs=digit_reward,
+        args=args,
+        train_dataset=prompt_dataset(),
+        eval_dataset=prompt_dataset(4),
+    )
+    trainer.train()
+    evals = [log for log in trainer.state.log_history if "eval_loss" in log]
+    assert evals and evals[0]["eval_token_credit/weight_mean"] == pytest.approx(1.0, rel=1e-5)
