@@ -62,8 +62,18 @@ def test_the_captured_hidden_states_are_the_lm_head_inputs(tiny_model_path, tmp_
         return original(hidden, logps, advantages, mask, **kwargs)
 
     monkeypatch.setattr(grpo_trainer, "delta_token_weights", spy)
+    modes, forward = [], trainer._get_per_token_logps_and_entropies
+
+    def record_mode(*args, **kwargs):
+        modes.append(trainer.model.training)
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", record_mode)
     trainer.model.train()
     output = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in range(8)])
+    # DelTA's pass (the last forward) runs without dropout, as the authors' (`actor_module.eval()`); then train again
+    assert modes[-1] is False and trainer.model.training
+    monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", forward)
     input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
     attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
     k = output["completion_ids"].size(1)

@@ -307,9 +307,14 @@ class RLVRGRPOTrainer(
 
         def capture(module, module_args, module_output):
             # hidden state h_t at position t predicts token t + 1: the completion's are the last ones but one
-            captured.append(module_output[0][:, -logits_to_keep - 1 : -1].detach())
+            # (a copy, so that the prompt positions of the chunk's hidden states are freed)
+            captured.append(module_output[0][:, -logits_to_keep - 1 : -1].detach().clone())
 
         handle = self._token_credit_backbone().register_forward_hook(capture)
+        # Without dropout (LoRA's included), as the authors' pass runs (`actor_module.eval()`): the weights are a
+        # deterministic function of the batch, and this pass draws nothing from the global RNG.
+        was_training = self.model.training
+        self.model.eval()
         try:
             with torch.no_grad():
                 logps, _, _ = self._get_per_token_logps_and_entropies(
@@ -324,6 +329,7 @@ class RLVRGRPOTrainer(
                 )
         finally:
             handle.remove()
+            self.model.train(was_training)
         hidden = torch.cat(captured, dim=0)
         if hidden.shape[:2] != logps.shape:
             raise RuntimeError(
