@@ -241,6 +241,7 @@ EXPECTED_SIGNATURES = {
         "environment_factory=None)"
     ),
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._compute_loss": "(self, model, inputs)",
+    "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._generate_and_score_completions": "(self, inputs)",
     "trl_rlvr_ext.grpo.signal_check.TrainingSignalCheckMixin._calculate_rewards": (
         "(self, inputs, prompts, completions, completion_ids_list)"
     ),

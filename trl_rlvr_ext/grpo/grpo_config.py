@@ -15,6 +15,7 @@ from ..curation.samplers import PASS_RATE_TARGETS
 from ..lora_init.config import LoraInitArguments
 from ..losses.acpo import ACPO_PAPER_SETTINGS
 from ..losses.clip_recovery import CLIP_RECOVERY_FUNCTION_MODES
+from ..losses.delta import DELTA_PAPER_SETTINGS
 from ..rewards.guard import REWARD_ON_ERROR_MODES, REWARD_ON_NAN_MODES
 
 
@@ -31,6 +32,17 @@ ADAPTIVE_CLIP_REFUSED_LOSS_TYPES = {
     "epsilon_high (a one-sided weight cap, not PPO's two-sided clip)",
     "sapo": "SAPO replaces the clip by a soft sigmoid gate (sapo_temperature_*): there is no clip width",
     "vespo": "VESPO weighs sequences with gamma weights: there is no per-token clip width",
+}
+TOKEN_CREDIT_MODES = ("none", "delta")
+# Why the loss types outside PPO's clipped objective cannot take DelTA's token weights: the trainer multiplies the
+# advantages where the clipped objective reads them (the authors' loss is verl's vanilla PPO loss, with DAPO's clip).
+TOKEN_CREDIT_REFUSED_LOSS_TYPES = {
+    "cispo": "CISPO's loss is a truncated importance weight times A·log p, outside the clipped objective whose "
+    "advantages DelTA reweights",
+    "sapo": "SAPO replaces the clipped objective by a soft sigmoid gate, outside the path whose advantages DelTA "
+    "reweights",
+    "vespo": "VESPO weighs whole sequences with gamma weights computed from the advantages, outside the clipped "
+    "objective whose advantages DelTA reweights",
 }
 # Loss types that average each sequence's loss (or sum) over a row count, per micro-batch. With curation="self" the
 # trainer rescales them so that every kept sequence of an optimizer window weighs 1/K (K: kept sequences in the window,
@@ -197,6 +209,24 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             the rewards: no metric is added and training is unchanged. See `trl_rlvr_ext.grpo.signal_check`.
         signal_check_steps (`int`, *optional*, defaults to `4`):
             How many optimizer steps the signal check watches.
+        token_credit (`str`, *optional*, defaults to `"none"`):
+            Per-token credit assignment inside each sequence. `"none"`: stock TRL (every token of a sequence gets its
+            advantage). `"delta"`: DelTA ("Discriminative Token Credit Assignment for RLVR",
+            https://arxiv.org/abs/2605.21467, code https://github.com/RUCBM/DelTA): each token's gradient proxy
+            v = (1 − p)·h (p the sampled token's probability, h the hidden state entering the LM head) is compared
+            with the advantage-weighted centroids of the positive- and negative-advantage tokens; a sigmoid of the
+            margin maps it to a weight in [`token_credit_w_lo`, `token_credit_w_hi`], the weights are renormalised to
+            mean 1 and multiply the advantage (`trl_rlvr_ext.losses.delta_token_weights`). As in the authors' code,
+            the weights are computed once per generation batch on each process, without gradient, from one extra
+            forward pass of the policy that sampled the batch. Only for loss types with PPO's clipped objective
+            (grpo, bnpo, dr_grpo, dapo, luspo). Composes with `clip_recovery` and `adaptive_clip`.
+        token_credit_w_lo (`float`, *optional*, defaults to `0.8`):
+            DelTA: the weight of the least discriminative tokens, before renormalisation (released script: 0.8).
+        token_credit_w_hi (`float`, *optional*, defaults to `1.2`):
+            DelTA: the weight of the most discriminative tokens, before renormalisation (released script: 1.2).
+        token_credit_refine_steps (`int`, *optional*, defaults to `1`):
+            DelTA: refinements of the centroids by the tokens' sigmoid posteriors (the authors' K; released
+            script: 1; 0 keeps the advantage-weighted centroids).
         vllm_engine_kwargs (`dict`, *optional*):
             Extra keyword arguments for the `vllm.LLM` engine TRL builds in `vllm_mode="colocate"` (TRL exposes no
             `dtype` or `enforce_eager` there), e.g. `{"enforce_eager": True, "dtype": "float32"}`: on a CPU machine
@@ -217,6 +247,31 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     clip_recovery_seed: int | None = field(
         default=None,
         metadata={"help": "Seed for NSR's random draws (dedicated generator, offset by rank). Defaults to `seed`."},
+    )
+
+    # ---------------------------------------------------------------- Token credit assignment (DelTA)
+    token_credit: str = field(
+        default="none",
+        metadata={
+            "help": "Per-token credit inside each sequence: 'none' (stock TRL) or 'delta' (DelTA, "
+            "https://arxiv.org/abs/2605.21467: each token's advantage is multiplied by a weight in [w_lo, w_hi], "
+            "renormalised to mean 1, from how well its gradient proxy (1 - p)·h separates the positive from the "
+            "negative tokens of the batch). Needs a loss type with PPO's clipped objective: grpo, bnpo, dr_grpo, dapo "
+            "or luspo.",
+            "choices": list(TOKEN_CREDIT_MODES),
+        },
+    )
+    token_credit_w_lo: float = field(
+        default=DELTA_PAPER_SETTINGS["w_lo"],
+        metadata={"help": "DelTA: the lowest token weight, before renormalisation (released script: 0.8)."},
+    )
+    token_credit_w_hi: float = field(
+        default=DELTA_PAPER_SETTINGS["w_hi"],
+        metadata={"help": "DelTA: the highest token weight, before renormalisation (released script: 1.2)."},
+    )
+    token_credit_refine_steps: int = field(
+        default=DELTA_PAPER_SETTINGS["refine_steps"],
+        metadata={"help": "DelTA: refinements of the class centroids by the sigmoid posteriors (released script: 1)."},
     )
 
     # ---------------------------------------------------------------- Adaptive clip (ACPO)
@@ -423,6 +478,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         # GRPOConfig.__post_init__ has already resolved)
         self._check_clip_recovery()
         self._check_adaptive_clip()
+        self._check_token_credit()
         self._check_curation()
         self._check_lora_init()
         self._check_reward_guard()
@@ -509,6 +565,34 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
                 f"adaptive_clip_max ({self.adaptive_clip_max}) must be >= adaptive_clip_min ({self.adaptive_clip_min}): "
                 "the width is clamped to [min, max] (paper: 0.0 and 3.0)."
             )
+
+    def _check_token_credit(self):
+        if self.token_credit not in TOKEN_CREDIT_MODES:
+            raise ValueError(
+                f"token_credit={self.token_credit!r} is not supported. Use one of {list(TOKEN_CREDIT_MODES)}."
+            )
+        if self.token_credit == "none":
+            return
+        if self.loss_type in TOKEN_CREDIT_REFUSED_LOSS_TYPES:
+            raise ValueError(
+                f"token_credit={self.token_credit!r} multiplies the advantages of PPO's clipped objective, but loss_type="
+                f"{self.loss_type!r} has none: {TOKEN_CREDIT_REFUSED_LOSS_TYPES[self.loss_type]}. Set loss_type to "
+                f"one of {list(CLIPPED_LOSS_TYPES)} (the authors use DAPO's clip with token-mean aggregation: 'dapo'), "
+                "or token_credit='none'."
+            )
+        if self.loss_type not in CLIPPED_LOSS_TYPES:
+            raise ValueError(
+                f"token_credit={self.token_credit!r} does not know loss_type={self.loss_type!r}. Use one of "
+                f"{list(CLIPPED_LOSS_TYPES)}."
+            )
+        if not 0 <= self.token_credit_w_lo <= self.token_credit_w_hi:  # also refuses NaN
+            raise ValueError(
+                f"DelTA needs 0 <= token_credit_w_lo <= token_credit_w_hi, got {self.token_credit_w_lo!r} and "
+                f"{self.token_credit_w_hi!r} (released script: 0.8 and 1.2)."
+            )
+        steps = self.token_credit_refine_steps
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+            raise ValueError(f"token_credit_refine_steps must be an integer >= 0, got {steps!r} (released script: 1).")
 
     def _check_curation(self):
         if self.curation not in CURATION_MODES:

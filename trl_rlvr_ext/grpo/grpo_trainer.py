@@ -14,6 +14,7 @@ from .._compat import check_fsdp_really_runs, resolve_trainer_config
 from .._trl import load_copy
 from ..losses.acpo import acpo_bin_index, acpo_bins
 from ..losses.clip_recovery import clip_recovery_objective
+from ..losses.delta import delta_token_weights, delta_weight_stats
 from ..losses.off_policy import RATIO_PERCENTILES, clipped_counts, ratio_percentiles
 from ..losses.ppo import ppo_clipped_objective
 from ..rewards.guard import guard_reward_funcs
@@ -26,6 +27,19 @@ from .signal_check import TrainingSignalCheckMixin
 from .vllm_cpu import install_cpu_weight_sync, vllm_build_patches
 
 
+# The multimodal inputs TRL's `_compute_loss` passes to `_get_per_token_logps_and_entropies`
+_FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 # The copies of TRL's methods that match the installed TRL (a clear ImportError on an unsupported version)
 _TRL_COPY = load_copy("grpo")
 
@@ -45,6 +59,10 @@ class RLVRGRPOTrainer(
     - Off-policy diagnostics (`off_policy_diagnostics=True`): ratio percentiles and clipped shares over the tokens
       with a non-zero advantage, overall and per probability bin, and each micro-step's position in its rollout;
       logged as `off_policy/*`, with the loss unchanged.
+    - DelTA's token credit (`token_credit="delta"`, https://arxiv.org/abs/2605.21467): each token's advantage is
+      multiplied by a weight from how well its gradient proxy (1 − p)·h separates the batch's positive tokens from
+      its negative ones, see `trl_rlvr_ext.losses.delta_token_weights`; logged as `token_credit/*`. Composes with
+      NSR and ACPO (the weighted advantages enter their clipped objective).
     - Online curation (`curation="self"`, https://huggingface.co/papers/2510.02230, or `"pass_rate"`): train only on
       prompts the policy does not yet solve greedily, or sample prompts by a running pass-rate estimate
       (`CurationMixin`); logged as `curation/*`.
@@ -124,7 +142,7 @@ class RLVRGRPOTrainer(
         self._recovery_generator = None
 
     # ---------------------------------------------------------------- PPO's clipped objective: NSR and ACPO
-    def _clip_objective_loss(self, ratio, advantages, per_token_logps, mask):
+    def _clip_objective_loss(self, ratio, advantages, per_token_logps, mask, inputs):
         """The per-token loss of PPO's clipped objective with our options, and what its metrics need.
 
         The marked blocks in the copy of TRL's `_compute_loss` compute it from TRL's ratio before TRL's own
@@ -132,6 +150,10 @@ class RLVRGRPOTrainer(
         same order as TRL). The clip widths are TRL's `epsilon_low` / `epsilon_high`, or ACPO's per-token widths
         (`adaptive_clip="acpo"`); the clipped tokens stay clipped (PPO) or are rescued (`clip_recovery`).
         """
+        if self.args.token_credit != "none":
+            # DelTA: each token's advantage times its weight, computed once per generation batch (see
+            # `_token_credit_weights`); every objective below (PPO, NSR, ACPO) sees the weighted advantages.
+            advantages = advantages * inputs["token_credit_weights"]
         epsilon_low, epsilon_high, acpo = self.epsilon_low, self.epsilon_high, None
         if self.args.adaptive_clip == "acpo":
             acpo = self._acpo_bins(per_token_logps, ratio, mask)
@@ -241,10 +263,108 @@ class RLVRGRPOTrainer(
             cycle = args.steps_per_generation * self.num_iterations
             self._metrics[mode]["off_policy/update_index"].append(float(self._step % cycle))
 
+    # ---------------------------------------------------------------- Token credit assignment (DelTA)
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.args.token_credit != "none":
+            # Here, after every round of dynamic sampling and curation, on the whole generation batch of this process:
+            # the authors compute the weights once per rollout batch on each data-parallel rank, with the policy that
+            # sampled it, before the updates (verl's `compute_log_prob_h`).
+            output["token_credit_weights"] = self._token_credit_weights(output)
+        return output
+
+    def _token_credit_backbone(self) -> torch.nn.Module:
+        """The module whose output is the hidden state entering the LM head: the transformers model's `base_model`
+        (its backbone), which TRL's fused LM head also reads (`add_fused_lm_head`); under PEFT, that of the wrapped
+        model."""
+        from peft import PeftModel
+
+        model = self.accelerator.unwrap_model(self.model)
+        if isinstance(model, PeftModel):
+            model = model.get_base_model()
+        backbone = model.base_model
+        if backbone is model:
+            raise ValueError(
+                f"token_credit={self.args.token_credit!r} reads the hidden state entering the LM head from the "
+                f"model's backbone, but {type(model).__name__} has none (its `base_model` is itself). Use a "
+                "transformers causal LM (a backbone plus an LM head), or token_credit='none'."
+            )
+        return backbone
+
+    def _token_credit_weights(self, output: dict) -> torch.Tensor:
+        """DelTA's weights for the generation batch `output` of this process: one extra forward pass without
+        gradient, in chunks of the per-device batch size, with a forward hook on the backbone capturing the hidden
+        states at the positions that predict the completion tokens; the log-probabilities come from the same pass
+        (TRL's own, at its temperature)."""
+        args = self.args
+        mode = "train" if self.model.training else "eval"
+        completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
+        input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)
+        mask = completion_mask if "tool_mask" not in output else completion_mask * output["tool_mask"]
+        captured = []
+
+        def capture(module, module_args, module_output):
+            # hidden state h_t at position t predicts token t + 1: the completion's are the last ones but one
+            # (a copy, so that the prompt positions of the chunk's hidden states are freed)
+            captured.append(module_output[0][:, -logits_to_keep - 1 : -1].detach().clone())
+
+        handle = self._token_credit_backbone().register_forward_hook(capture)
+        # Without dropout (LoRA's included), as the authors' pass runs (`actor_module.eval()`): the weights are a
+        # deterministic function of the batch, and this pass draws nothing from the global RNG.
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                logps, _, _ = self._get_per_token_logps_and_entropies(
+                    self.model,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    batch_size=args.per_device_train_batch_size
+                    if mode == "train"
+                    else args.per_device_eval_batch_size,
+                    **{key: output[key] for key in _FORWARD_KEYS if output.get(key) is not None},
+                )
+        finally:
+            handle.remove()
+            self.model.train(was_training)
+        hidden = torch.cat(captured, dim=0)
+        if hidden.shape[:2] != logps.shape:
+            raise RuntimeError(
+                f"token_credit: captured hidden states of shape {tuple(hidden.shape)} for log-probs of shape "
+                f"{tuple(logps.shape)}: the backbone ran a different number of times or positions than the LM head."
+            )
+        result = delta_token_weights(
+            hidden,
+            logps,
+            output["advantages"],
+            mask,
+            w_lo=args.token_credit_w_lo,
+            w_hi=args.token_credit_w_hi,
+            refine_steps=args.token_credit_refine_steps,
+        )
+        self._log_token_credit(mode, delta_weight_stats(result, mask, output["advantages"]))
+        return result.weights
+
+    def _log_token_credit(self, mode: str, stats: torch.Tensor) -> None:
+        # Per process, then over processes: the mean of the means, std and fractions; the min of the minima, the max
+        # of the maxima. NaN (a process without tokens or without signed tokens) is left out.
+        stats = self.accelerator.gather(stats[None]).float()
+        names = ["weight_mean", "weight_min", "weight_max", "weight_std", "frac_at_low", "frac_at_high"]
+        for k, name in enumerate(names):
+            column = stats[:, k][~torch.isnan(stats[:, k])]
+            if column.numel() == 0:
+                continue
+            value = column.min() if name == "weight_min" else column.max() if name == "weight_max" else column.mean()
+            self._metrics[mode][f"token_credit/{name}"].append(value.item())
+
     def _compute_loss(self, model, inputs):
         if (
             self.args.clip_recovery == "none"
             and self.args.adaptive_clip == "none"
+            and self.args.token_credit == "none"
             and not self.args.off_policy_diagnostics
         ):
             return super()._compute_loss(model, inputs)

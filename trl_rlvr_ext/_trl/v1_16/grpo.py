@@ -107,7 +107,7 @@ class GRPOTrainerCopy:
             per_token_loss = -clamped_ratios * advantages * per_token_logps
         elif self.loss_type in ["grpo", "bnpo", "dr_grpo", "dapo", "luspo"]:
             # --- clip-objective begin
-            clip_loss, clip_state = self._clip_objective_loss(coef_1, advantages, per_token_logps, mask)
+            clip_loss, clip_state = self._clip_objective_loss(coef_1, advantages, per_token_logps, mask, inputs)
             # --- clip-objective end
             coef_2 = torch.clamp(coef_1, 1 - self.epsilon_low, 1 + self.epsilon_high)
             # Two-sided clipping
