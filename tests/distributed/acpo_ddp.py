@@ -45,8 +45,8 @@ def run(model_path: str, out_dir: str, scope: str) -> None:
 
     clip_objective_loss = trainer._clip_objective_loss
 
-    def recording_clip_objective_loss(ratio, advantages, per_token_logps, mask):
-        result = clip_objective_loss(ratio, advantages, per_token_logps, mask)
+    def recording_clip_objective_loss(ratio, advantages, per_token_logps, mask, *rest):
+        result = clip_objective_loss(ratio, advantages, per_token_logps, mask, *rest)
         calls[-1]["select"] = (mask.bool() & (advantages != 0)).detach().clone()  # the diagnostics' tokens
         return result
 
