@@ -520,6 +520,8 @@ result = {
 }
 with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as f:
     json.dump(result, f)
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(0)  # gloo may abort at interpreter exit after the work is done (tests/distributed/clean_exit.py)
 """
 
 

@@ -48,6 +48,9 @@ SCRIPT = textwrap.dedent(
         with open(sys.argv[1], "w") as f:
             json.dump(gathered, f)
     dist.destroy_process_group()
+    import os
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)  # gloo may abort at interpreter exit after the work is done (tests/distributed/clean_exit.py)
     """
 )
 
