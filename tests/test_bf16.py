@@ -167,21 +167,10 @@ def test_dynamic_sampling_trains_with_bf16_weights(tiny_model_path, tmp_path):
 
 
 def _dpo_kwargs(output_dir, **overrides):
-    kwargs = {
-        "output_dir": str(output_dir),
-        "per_device_train_batch_size": 4,
-        "max_steps": 3,
-        "learning_rate": 1e-2,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "report_to": "none",
-        "use_cpu": True,
-        "activation_checkpointing": False,
-        "max_length": 32,
-        "seed": 0,
-    }
-    kwargs.update(overrides)
-    return kwargs
+    """tests/test_dpo_trainer.py's CPU-sized DPO settings, with the precision the caller gives (it defaults to fp32)."""
+    from test_dpo_trainer import _kwargs
+
+    return _kwargs(output_dir, **overrides)
 
 
 def test_is_dpo_trains_with_bf16_weights_and_float32_weights(tiny_model_path, tmp_path, monkeypatch):

@@ -49,6 +49,11 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _MODEL_FILES = ("config.json", "adapter_config.json")
 
 
+def can_be_hub_id(name: str) -> bool:
+    """Whether ``name`` has the form of a hub id ('name' or 'org/name'); anything else can only be a local path."""
+    return bool(_HUB_ID.match(name))
+
+
 def check_model_name_or_path(name_or_path: str) -> None:
     """Fail at once, naming ``name_or_path``, when it is not a usable model: an unknown ``toy:`` name, a missing local
     path, a directory without a saved model, or (offline) a hub id that is not in the local cache.
@@ -72,7 +77,7 @@ def check_model_name_or_path(name_or_path: str) -> None:
         return
     if os.path.exists(path):
         raise ValueError(f"Model {name_or_path!r} is a file; give the directory that holds config.json.")
-    if not _HUB_ID.match(name_or_path):
+    if not can_be_hub_id(name_or_path):
         raise FileNotFoundError(
             f"Model {name_or_path!r}: no such directory (relative to {os.getcwd()}), and it is not a hub id "
             "('name' or 'org/name'). Check the path."
@@ -158,7 +163,7 @@ def _check_local_or_hub(name: str) -> None:
     extension = os.path.splitext(name)[1].lower()
     if extension in DATA_FILE_BUILDERS and not os.path.exists(name):
         raise FileNotFoundError(f"No such data file: {name!r} (relative to {os.getcwd()}).")
-    if not _HUB_ID.match(name) and not os.path.exists(name):
+    if not can_be_hub_id(name) and not os.path.exists(name):
         raise FileNotFoundError(
             f"Dataset {name!r}: no such file or directory (relative to {os.getcwd()}), and it is not a hub id "
             "('name' or 'org/name')."

@@ -10,6 +10,7 @@ and a first generation.
 import os
 
 from ..curation.controller import ROW_COLUMN
+from ..data import can_be_hub_id
 from ..rewards import REWARD_NAMES, get_reward_func
 from ..rewards.columns import check_reward_columns
 
@@ -24,18 +25,13 @@ def resolve_reward_names(reward_funcs):
     for func in [reward_funcs] if single else reward_funcs:
         if isinstance(func, str) and func in REWARD_NAMES:
             func = get_reward_func(func)
-        elif isinstance(func, str) and _looks_like_a_path(func) and not os.path.exists(func):
+        elif isinstance(func, str) and not can_be_hub_id(func) and not os.path.exists(func):
             raise FileNotFoundError(
                 f"The reward model {func!r} looks like a local path, but nothing is there. Give an existing folder, a "
                 f"hub id, or a reward function (by name: {list(REWARD_NAMES)}, or the function itself)."
             )
         resolved.append(func)
     return resolved[0] if single else resolved
-
-
-def _looks_like_a_path(name: str) -> bool:
-    # A hub id is "name" or "org/name": anything with more parts, or starting with . / ~, can only be a path
-    return name.startswith((".", "/", "~")) or name.count("/") >= 2 or name.endswith("/")
 
 
 def curation_id_column_message(id_column: str, columns) -> str:
