@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from trl_rlvr_ext.studies.nsr_study import clipped_share, collapsed, rescued_share
+from trl_rlvr_ext.studies.nsr_study import clipped_share, collapsed, rescued_share, signal_clipped_share
 
 
 def _log(**series):
@@ -42,11 +42,39 @@ def test_clipped_and_rescued_shares_by_hand():
     assert rescued_share(hard) is None
 
 
+def test_signal_clipped_share_by_hand():
+    # update index 0 (the fresh batch, ratio 1) is left out; 0.01 + 0.03 and 0.0 + 0.02 over the replayed steps
+    log = _log(
+        **{
+            "off_policy/update_index": [0.0, 1.0, 2.0],
+            "off_policy/clipped_low_frac": [0.5, 0.01, 0.0],
+            "off_policy/clipped_high_frac": [0.5, 0.03, 0.02],
+        }
+    )
+    assert signal_clipped_share(log) == pytest.approx((0.04 + 0.02) / 2)
+    assert signal_clipped_share(_log(**{"clip_ratio/region_mean": [0.1]})) is None  # no diagnostics logged
+
+
+def test_settings_are_acpos_two_regimes():
+    from trl_rlvr_ext.studies import get_study
+
+    study = get_study("nsr")
+    for name, updates in (("updates2", 2), ("updates16", 16)):
+        sizes = study.default_sizes(False, name)
+        reuse = study.arm_in_setting(study.arms["acpo"], name).config["num_iterations"]
+        assert sizes.steps_per_generation * reuse == updates
+        # the same completions per update and the same number of updates in both regimes
+        assert sizes.num_prompts * sizes.num_generations // sizes.steps_per_generation == 32
+        assert sizes.max_steps == 49
+    with pytest.raises(ValueError, match=r"Unknown setting 'updates4'.*updates16"):
+        study.default_sizes(False, "updates4")
+
+
 def test_study_sizes_reuse_rollouts():
     from trl_rlvr_ext.studies import get_study
 
     study = get_study("nsr")
-    assert list(study.arms) == ["none", "nsr", "nsr_expected", "cispo", "sapo"]
+    assert list(study.arms) == ["none", "nsr", "nsr_expected", "cispo", "sapo", "acpo", "acpo_nsr", "delta"]
     for sizes in (study.default_sizes(False), study.default_sizes(True)):
         # the runner uses gradient_accumulation_steps=1: more than one step per generation reuses the rollouts
         assert sizes.steps_per_generation > 1
@@ -69,7 +97,13 @@ def test_quick_nsr_study_end_to_end(tmp_path):
     from trl_rlvr_ext.cli import main
 
     out = tmp_path / "nsr"
-    assert main(["study", "nsr", "--quick", "--tasks", "chain_sum", "--seeds", "0", "--out_dir", str(out)]) == 0
+    arms = "none,nsr,nsr_expected,cispo,sapo"
+    assert (
+        main(
+            ["study", "nsr", "--quick", "--tasks", "chain_sum", "--arms", arms, "--seeds", "0", "--out_dir", str(out)]
+        )
+        == 0
+    )
     results = {}
     for arm in ("none", "nsr", "nsr_expected", "cispo", "sapo"):
         results[arm] = json.loads((out / "chain_sum" / arm / "seed0" / "result.json").read_text())
@@ -99,3 +133,41 @@ def test_quick_nsr_study_end_to_end(tmp_path):
     for arm in results:
         assert f"| {arm} | 0 |" in table
     assert (out / "chain_sum_training.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_quick_extension_arms_in_the_near_on_policy_setting(tmp_path):
+    from trl_rlvr_ext.cli import main
+
+    out = tmp_path / "nsr"
+    argv = [
+        "study",
+        "nsr",
+        "--quick",
+        "--tasks",
+        "toy",
+        "--setting",
+        "updates2",
+        "--seeds",
+        "0",
+        "--out_dir",
+        str(out),
+    ]
+    assert main([*argv, "--arms", "none,acpo,acpo_nsr,delta"]) == 0
+    results = {
+        a: json.loads((out / "toy" / a / "seed0" / "result.json").read_text())
+        for a in ("none", "acpo", "acpo_nsr", "delta")
+    }
+    keys = {arm: set().union(*(entry for entry in r["train_log"])) for arm, r in results.items()}
+    for arm, result in results.items():
+        config = result["grpo_config"]
+        assert (config["num_iterations"], config["steps_per_generation"]) == (1, 2)  # the setting's config and sizes
+        assert result["setting"] == "updates2" and "--setting updates2" in result["rerun_command"]
+        # the diagnostics are on (the untrained quick model earns no reward, so no token has an advantage and the
+        # per-token shares have nothing to count: only the update index is logged)
+        assert result["grpo_config"]["off_policy_diagnostics"] and "off_policy/update_index" in keys[arm]
+    assert any(k.startswith("adaptive_clip/bound_bin") for k in keys["acpo"] & keys["acpo_nsr"])
+    assert "clip_recovery/low_frac" in keys["acpo_nsr"] and "clip_recovery/low_frac" not in keys["acpo"]
+    assert any(k.startswith("token_credit/") for k in keys["delta"]) and not any(
+        k.startswith("adaptive_clip/") for k in keys["delta"]
+    )
+    assert "| clipped share (signal tokens, replayed steps) |" in (out / "results.md").read_text()

@@ -32,6 +32,12 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seeds", default="0,1,2", help="Comma-separated training seeds.")
     parser.add_argument(
+        "--setting",
+        default=None,
+        help="A regime the study declares in its code (nsr: 'updates2', 'updates16'); its sizes become the "
+        "defaults that the size options below override. Default: the study's own sizes.",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="Smoke run: untrained tiny models, 2 steps, 3 problems x 4 samples. Its numbers mean nothing.",
@@ -62,12 +68,15 @@ def cli_main(argv: list[str] | None = None) -> int:
             f"trl-rlvr-ext study: --seeds must be comma-separated integers, got {args.seeds!r}."
         ) from None
     study = get_study(args.name)
-    reference = study.default_sizes(args.quick)
+    if args.setting is not None:
+        study.get_setting(args.setting)
+    reference = study.default_sizes(args.quick, args.setting)
     overrides = {
         f.name: getattr(args, f.name) for f in dataclasses.fields(StudySizes) if getattr(args, f.name) is not None
     }
     sizes = dataclasses.replace(reference, **overrides)
-    out_dir = args.out_dir or f"outputs/studies/{args.name}{'-quick' if args.quick else ''}"
+    suffix = (f"-{args.setting}" if args.setting else "") + ("-quick" if args.quick else "")
+    out_dir = args.out_dir or f"outputs/studies/{args.name}{suffix}"
     command = "trl-rlvr-ext study " + shlex.join(argv)
     run_study(
         study,
@@ -78,6 +87,7 @@ def cli_main(argv: list[str] | None = None) -> int:
         sizes=sizes,
         quick=args.quick,
         command=command,
+        setting=args.setting,
     )
     return 0
 

@@ -7,7 +7,20 @@ Arms, all GRPO from the same warm-started base:
 - ``cispo``: TRL's ``loss_type="cispo"`` (clipped, detached IS weight times the policy gradient) with TRL's
   recommended ε_max = 5.0 (``epsilon_high``; ScaleRL, arXiv 2510.13786);
 - ``sapo``: TRL's ``loss_type="sapo"`` (a sigmoid gate instead of a hard clip) with TRL's defaults, which are the SAPO
-  paper's temperatures (τ_pos = 1.0, τ_neg = 1.05; arXiv 2511.20347).
+  paper's temperatures (τ_pos = 1.0, τ_neg = 1.05; arXiv 2511.20347);
+- ``acpo``: ACPO's variance-adaptive clip (``adaptive_clip="acpo"``, arXiv 2606.22570) at the paper's setting
+  (α = 3, base 0.2, min 0, max 3, 5 bins) on DAPO's loss;
+- ``acpo_nsr``: the same with NSR's rescue past the adaptive bounds;
+- ``delta``: DelTA's token credit (``token_credit="delta"``, arXiv 2605.21467) at the released script's weights
+  (0.8 / 1.2) on DAPO's loss and clip.
+
+Every hard-clip arm logs ``off_policy/*`` (``off_policy_diagnostics=True``: metrics only, the loss is unchanged), so
+that the clipped share over the tokens with a training signal, on the replayed steps only, is measured.
+
+Settings (``--setting``), ACPO's two regimes of reuse, declared here before their runs:
+- ``updates16``: 16 updates per rollout (32 prompts × 8 completions, 8 steps, replayed twice): the study's default;
+- ``updates2``: 2 updates per rollout (8 prompts × 8 completions, 2 steps of 32 completions, used once): the same
+  completions per update and the same number of updates, near on-policy.
 
 Tasks: reasoning-gym ``chain_sum`` and ``number_sorting`` with the ``self`` study's cached warm-started bases (the
 ``[gym]`` extra), and the embedded toy (``toy:base``). With ``quick``, every task starts from the randomly initialised
@@ -25,8 +38,9 @@ reward and entropy, the largest gradient norm and the collapse rule of `collapse
 
 import math
 
-from .runner import Arm, Column, Study, StudySizes, log_column, train_log_series
+from .runner import Arm, Column, Setting, Study, StudySizes, log_column, train_log_series
 from .self_study import make_study as make_self_study
+from .verdicts import Claim
 
 
 CLAIM = (
@@ -41,8 +55,51 @@ CLAIM = (
 # log step is kept (logging_steps=1): the curves then show each step, and the largest gradient norm is the true
 # maximum; the reward is logged once per generation batch (at its first step).
 _SHARED = {"logging_steps": 1, "num_iterations": 2}
-# DAPO's clip-higher bounds, the NSR paper's baseline (its DAPO runs use ε = 0.2, ε_high = 0.28).
-_DAPO = {**_SHARED, "loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28}
+# DAPO's clip-higher bounds, the NSR paper's baseline (its DAPO runs use ε = 0.2, ε_high = 0.28). The hard-clip arms
+# log the off-policy diagnostics (metrics only).
+_DAPO = {**_SHARED, "loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28, "off_policy_diagnostics": True}
+# ACPO at the paper's setting (the config fields' defaults, spelled out so that the record shows them).
+_ACPO = {
+    "adaptive_clip": "acpo",
+    "adaptive_clip_alpha": 3.0,
+    "adaptive_clip_base": 0.2,
+    "adaptive_clip_min": 0.0,
+    "adaptive_clip_max": 3.0,
+    "adaptive_clip_num_bins": 5,
+}
+# DelTA at the released script's weight range (the config fields' defaults).
+_DELTA = {"token_credit": "delta", "token_credit_w_lo": 0.8, "token_credit_w_hi": 1.2}
+
+# ACPO's two regimes of reuse (the paper's 2 and 16 updates per rollout). Both make 49 updates of 32 completions; they
+# differ in how far the policy of an update is from the one that sampled its batch.
+SETTINGS = {
+    "updates16": Setting(
+        "16 updates per rollout: 32 prompts x 8 completions cut into 8 steps and replayed twice (the default sizes)",
+        config={"num_iterations": 2},
+    ),
+    "updates2": Setting(
+        "2 updates per rollout: 8 prompts x 8 completions cut into 2 steps of 32 completions, used once",
+        sizes={"num_prompts": 8, "steps_per_generation": 2},
+        config={"num_iterations": 1},
+    ),
+}
+
+# The comparisons of the ACPO / DelTA extension, declared before its runs (fresh seeds 10-14 in both settings, on the
+# toy): each arm against stock clipping (``none``) on held-out pass@1. Neither paper's effect size at this scale is
+# available to us offline, so "not reproduced" means the interval excludes a gain of 3 points of pass@1, the smallest
+# effect worth a user's switch here (below the NSR paper's +4.9, above the toy's evaluation noise of about 1 point).
+# NSR's own claim is judged on the same runs against the paper's +4.9.
+SMALLEST_EFFECT = 0.03
+EXTENSION_CLAIMS = [
+    Claim("NSR raises pass@1 over DAPO", "nsr", "none", "pass@1", paper_effect=0.049),
+    Claim("ACPO raises pass@1 over DAPO", "acpo", "none", "pass@1", smallest_effect=SMALLEST_EFFECT),
+    Claim(
+        "NSR on ACPO's bounds raises pass@1 over ACPO", "acpo_nsr", "acpo", "pass@1", smallest_effect=SMALLEST_EFFECT
+    ),
+    Claim("DelTA raises pass@1 over DAPO", "delta", "none", "pass@1", smallest_effect=SMALLEST_EFFECT),
+]
+EXTENSION_ARMS = ["none", "nsr", "acpo", "acpo_nsr", "delta"]
+EXTENSION_SEEDS = [10, 11, 12, 13, 14]
 
 # Collapse rule: a run has collapsed when its last logged training reward is below half of its first logged reward
 # (the policy unlearned what the base could do), or when its last logged mean token entropy is below 0.01 (the
@@ -74,6 +131,22 @@ def clipped_share(result: dict) -> float | None:
         if values:
             return sum(values) / len(values)
     return None
+
+
+def signal_clipped_share(result: dict) -> float | None:
+    """Mean share clipped (both sides) among the completion tokens with a non-zero advantage, over the replayed steps
+    only (``off_policy/update_index`` > 0: at index 0 the ratio is identically 1 and nothing can be clipped). From the
+    off-policy diagnostics; ``None`` for a run without them."""
+    shares = []
+    for entry in result.get("train_log", []):
+        index = entry.get("off_policy/update_index")
+        if index is None or index <= 0:
+            continue
+        low, high = entry.get("off_policy/clipped_low_frac"), entry.get("off_policy/clipped_high_frac")
+        if low is None or high is None or math.isnan(low) or math.isnan(high):
+            continue
+        shares.append(low + high)
+    return sum(shares) / len(shares) if shares else None
 
 
 def rescued_share(result: dict) -> float | None:
@@ -126,9 +199,13 @@ def make_study() -> Study:
             "sapo",
             config={**_SHARED, "loss_type": "sapo", "sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05},
         ),
+        "acpo": Arm("acpo", config={**_DAPO, **_ACPO}),
+        "acpo_nsr": Arm("acpo_nsr", config={**_DAPO, **_ACPO, "clip_recovery": "nsr"}),
+        "delta": Arm("delta", config={**_DAPO, **_DELTA}),
     }
     columns = [
         Column("clipped share", clipped_share, 4),
+        Column("clipped share (signal tokens, replayed steps)", signal_clipped_share, 4),
         Column("rescued share", rescued_share, 4),
         log_column("final reward", "reward", "last"),
         log_column("final entropy", "entropy", "last"),
@@ -136,4 +213,14 @@ def make_study() -> Study:
         Column("collapsed", collapsed, 2),
     ]
     curves = ["reward", "entropy", "clip_ratio/region_mean", "grad_norm"]
-    return Study("nsr", CLAIM, tasks, arms, columns=columns, curves=curves, sizes=SIZES, quick_sizes=QUICK_SIZES)
+    return Study(
+        "nsr",
+        CLAIM,
+        tasks,
+        arms,
+        columns=columns,
+        curves=curves,
+        sizes=SIZES,
+        quick_sizes=QUICK_SIZES,
+        settings=SETTINGS,
+    )

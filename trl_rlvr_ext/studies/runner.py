@@ -94,6 +94,25 @@ QUICK = StudySizes(
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """A named regime of a study, declared in its code before its runs (``trl-rlvr-ext study <name> --setting``).
+
+    ``sizes`` overrides the study's default `StudySizes` fields; ``config`` is merged over every training arm's
+    ``config`` (after it, so the setting decides, e.g. ``num_iterations``). A result records its setting's name, and
+    its rerun command names it.
+    """
+
+    description: str
+    sizes: dict = dataclasses.field(default_factory=dict)
+    config: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        unknown = sorted(set(self.sizes) - {f.name for f in dataclasses.fields(StudySizes)})
+        if unknown:
+            raise ValueError(f"Setting sizes {unknown} are not StudySizes fields.")
+
+
 @dataclasses.dataclass
 class Column:
     """An extra column of a study's table: ``value(result) -> float | None`` per run, shown as mean ± sd over seeds."""
@@ -134,7 +153,8 @@ class Study:
     - ``plots``: ``plot(task_name, rows, out_dir) -> list of markdown lines`` for study-specific figures;
     - ``arm_sets``: names usable in ``arms`` that stand for arms picked from the runs already in ``out_dir``
       (``arm_set(out_dir, task) -> arm names``; e.g. the ``lora_init`` study's ``chosen``: each method at its best
-      swept learning rate).
+      swept learning rate);
+    - ``settings``: named regimes (`Setting`) a run can be started in (``--setting``); without one, the defaults.
     """
 
     name: str
@@ -148,11 +168,30 @@ class Study:
     run_one: Callable | None = None
     plots: list[Callable] = dataclasses.field(default_factory=list)
     arm_sets: dict[str, Callable[[Path, str], list[str]]] = dataclasses.field(default_factory=dict)
+    settings: dict[str, Setting] = dataclasses.field(default_factory=dict)
 
-    def default_sizes(self, quick: bool) -> StudySizes:
-        if quick:
-            return self.quick_sizes or QUICK
-        return self.sizes or StudySizes()
+    def default_sizes(self, quick: bool, setting: str | None = None) -> StudySizes:
+        """The sizes a run starts from: the study's own (or its quick ones), with ``setting``'s sizes over them (a
+        quick run keeps the setting's reuse pattern only where its small batch allows it)."""
+        sizes = (self.quick_sizes or QUICK) if quick else (self.sizes or StudySizes())
+        if setting is None:
+            return sizes
+        overrides = self.get_setting(setting).sizes
+        if quick:  # the smoke sizes stay small: only the reuse pattern (steps per generation) follows the setting
+            overrides = {k: v for k, v in overrides.items() if k == "steps_per_generation"}
+        return dataclasses.replace(sizes, **overrides)
+
+    def get_setting(self, name: str) -> Setting:
+        if name not in self.settings:
+            known = sorted(self.settings) or "none: this study has no settings"
+            raise ValueError(f"Unknown setting {name!r} for study {self.name!r}: choose from {known}.")
+        return self.settings[name]
+
+    def arm_in_setting(self, arm: "Arm", setting: str | None) -> "Arm":
+        """``arm`` with ``setting``'s config merged over its own (an untrained arm is left as it is)."""
+        if setting is None or not arm.train:
+            return arm
+        return dataclasses.replace(arm, config={**arm.config, **self.get_setting(setting).config})
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -231,9 +270,18 @@ def _grpo_config(run_dir: Path, task: StudyTask, arm: Arm, sizes: StudySizes, se
 
 
 def run_one(
-    study: Study, task: StudyTask, arm: Arm, seed: int, out_dir: Path, sizes: StudySizes, quick: bool, command: str
+    study: Study,
+    task: StudyTask,
+    arm: Arm,
+    seed: int,
+    out_dir: Path,
+    sizes: StudySizes,
+    quick: bool,
+    command: str,
+    setting: str | None = None,
 ) -> dict:
-    """One (task, arm, seed): train (unless the arm is the base), evaluate Pass@k, write ``result.json``."""
+    """One (task, arm, seed): train (unless the arm is the base), evaluate Pass@k, write ``result.json``. ``arm``
+    already carries ``setting``'s config (`Study.arm_in_setting`); the name is recorded."""
     from ..evaluation.boundary import BoundaryProbeCallback
 
     if (done := finished_result(out_dir, task, arm, seed)) is not None:
@@ -309,6 +357,7 @@ def run_one(
         start,
         train_seconds,
         extra,
+        setting=setting,
     )
     return result
 
@@ -330,6 +379,7 @@ def evaluate_and_record(
     start: float,
     train_seconds: float,
     extra: dict,
+    setting: str | None = None,
 ) -> dict:
     """The end of every run: the final model's unbiased Pass@k on the held-out problems (temperature 1, sampling seed
     ``1000 + seed``), then ``result.json`` (the keys the table reads, ``extra``, the wall time since ``start`` and a
@@ -355,6 +405,7 @@ def evaluate_and_record(
         "task": task.name,
         "arm": arm.name,
         "seed": seed,
+        **({"setting": setting} if setting is not None else {}),
         "quick": quick,
         "dataset": task.dataset,
         "reward": task.reward,
@@ -368,7 +419,10 @@ def evaluate_and_record(
         "wall_seconds": round(time.perf_counter() - start, 1),
         "command": command,
         "rerun_command": f"{command.split(' --')[0]} --out_dir {out_dir} --tasks {task.name} --arms {arm.name} "
-        f"--seeds {seed}" + (" --quick" if quick else "") + size_flags(study, sizes, quick),
+        f"--seeds {seed}"
+        + (f" --setting {setting}" if setting is not None else "")
+        + (" --quick" if quick else "")
+        + size_flags(study, sizes, quick, setting),
     }
     _atomic_write(
         out_dir / task.name / arm.name / f"seed{seed}" / "result.json", json.dumps(result, indent=1, default=float)
@@ -376,9 +430,9 @@ def evaluate_and_record(
     return result
 
 
-def size_flags(study: Study, sizes: StudySizes, quick: bool) -> str:
-    """The ``--<size> <value>`` flags that turn the study's default sizes into ``sizes``."""
-    reference = study.default_sizes(quick)
+def size_flags(study: Study, sizes: StudySizes, quick: bool, setting: str | None = None) -> str:
+    """The ``--<size> <value>`` flags that turn the study's default sizes (in ``setting``) into ``sizes``."""
+    reference = study.default_sizes(quick, setting)
     changed = [f.name for f in dataclasses.fields(sizes) if getattr(sizes, f.name) != getattr(reference, f.name)]
     return "".join(f" --{name} {getattr(sizes, name)}" for name in changed)
 
@@ -563,8 +617,13 @@ def run_study(
     quick: bool = False,
     command: str = "",
     log: Callable[[str], None] = print,
+    setting: str | None = None,
 ) -> list[dict]:
-    """Run (or resume) ``study``; returns the results of every selected run, after writing the table and plots."""
+    """Run (or resume) ``study``; returns the results of every selected run, after writing the table and plots.
+    ``setting`` names one of ``study.settings``: its sizes are the default ``sizes`` and its config is merged over
+    every training arm's."""
+    if setting is not None:
+        study.get_setting(setting)  # an unknown name fails before anything runs
     if arms and any(name in study.arm_sets for name in arms):
         arms = _expand_arm_sets(study, arms, tasks, Path(out_dir))
     for kind, chosen, known in (("task", tasks, study.tasks), ("arm", arms, study.arms)):
@@ -578,7 +637,7 @@ def run_study(
         repeated = sorted({str(c) for c in chosen or [] if list(chosen).count(c) > 1})
         if repeated:  # a repeated name would count the same run twice in the table's mean and sd
             raise ValueError(f"{kind.capitalize()}(s) {repeated} given more than once: name each once.")
-    sizes = sizes or study.default_sizes(quick)
+    sizes = sizes or study.default_sizes(quick, setting)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = []
@@ -589,7 +648,10 @@ def run_study(
                 done = (out / task_name / arm_name / f"seed{seed}" / "result.json").is_file()
                 log(f"[{study.name}] {task_name} / {arm_name} / seed {seed}: {'done, loading' if done else 'running'}")
                 run = study.run_one or run_one
-                result = run(study, study.tasks[task_name], study.arms[arm_name], seed, out, sizes, quick, command)
+                arm = study.arm_in_setting(study.arms[arm_name], setting)
+                # only a setting's run gets the keyword (a study's own run_one need not know of settings)
+                where = {} if setting is None else {"setting": setting}
+                result = run(study, study.tasks[task_name], arm, seed, out, sizes, quick, command, **where)
                 if not done:
                     log(f"    pass@1 {result['pass_at_k']['1']:.3f}, wall {result['wall_seconds']:.0f} s")
                 results.append(result)
