@@ -130,3 +130,21 @@ def test_bad_option_values_name_the_choices():
         parse_name("reasoning_gym:chain_sum?dedup=fuzzy")
     with pytest.raises(TypeError, match="stratify=1 .*true or false"):
         parse_name("reasoning_gym:chain_sum?stratify=1")
+
+
+def test_results_per_stratum_by_hand():
+    from trl_rlvr_ext.studies.strata import stratum_pass_at_k, stratum_table_markdown
+
+    record = {"arm": "base", "seed": 0, "num_samples": 4, "num_correct": [4, 0, 2, 1], "sizes": {}}
+    strata = ["a", "b", "a", "b"]
+    split = stratum_pass_at_k(record, strata, ks=[1, 4])
+    # pass@1 = mean c/n; pass@4 of n = 4 samples: 1 when any is correct
+    assert split == {
+        "a": {"problems": 2, "pass_at_k": {"1": (1 + 0.5) / 2, "4": 1.0}},
+        "b": {"problems": 2, "pass_at_k": {"1": (0 + 0.25) / 2, "4": 0.5}},
+    }
+    with pytest.raises(ValueError, match="exactly the problems"):
+        stratum_pass_at_k(record, strata[:3])
+    other = {**record, "seed": 1, "num_correct": [2, 2, 2, 2]}
+    table = stratum_table_markdown([record, record, other], strata, ks=(1, 4, 16))  # a run recorded twice counts once
+    assert "| base | a | 2 | 0,1 | 0.625 ± 0.177 | 1.000 ± 0.000 |" in table and "pass@16" not in table
