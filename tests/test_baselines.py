@@ -132,3 +132,23 @@ def test_committed_trivial_records_cover_every_evaluation_set_and_reproduce():
         if r["arm"] == kept["arm"]
     ]
     assert again["num_correct"] == kept["num_correct"]
+
+
+def test_cli_writes_the_records_of_each_evaluation_set(tmp_path):
+    from trl_rlvr_ext.cli import main
+
+    dataset = CHAIN
+    run = {"study": "self", "task": "mine", "arm": "base", "seed": 0, "quick": False, "dataset": dataset}
+    run.update(reward="reasoning_gym", num_correct=[1, 0, 2], num_samples=4, sizes={"eval_problems": 3})
+    records = tmp_path / "runs" / "mine" / "base" / "seed0"
+    records.mkdir(parents=True)
+    (records / "result.json").write_text(json.dumps(run))
+    (tmp_path / "runs" / "other.jsonl").write_text(json.dumps({**run, "arm": "grpo", "quick": True}) + "\n")
+    out = tmp_path / "trivial.jsonl"
+    assert main(["baselines", "--records", str(tmp_path / "runs"), "--seeds", "0,1", "--out", str(out)]) == 0
+    written = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["arm"], r["seed"]) for r in written] == [
+        (f"trivial_{name}", seed) for name in ("random_signs", "uniform_support", "copy_term") for seed in (0, 1)
+    ]
+    assert all(r["evaluates"]["studies"] == ["self"] and len(r["num_correct"]) == 3 for r in written)
+    assert written[0]["command"].startswith("trl-rlvr-ext baselines --records ")

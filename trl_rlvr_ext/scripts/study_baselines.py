@@ -67,7 +67,10 @@ def cli_main(argv: list[str] | None = None) -> int:
     records = [r for r in read_records(args.records.split(",")) if r.get("study") != "trivial"]
     sets = study_evaluation_sets(records, studies=set(args.studies.split(",")))
     if not sets:
-        raise SystemExit(f"trl-rlvr-ext baselines: no records of the studies {args.studies} in {args.records}.")
+        raise SystemExit(
+            f"trl-rlvr-ext baselines: no records of the studies {args.studies} in {args.records} (--quick runs are "
+            "left out: their numbers mean nothing)."
+        )
     command = "trl-rlvr-ext baselines " + shlex.join(argv)
     lines = []
     for evaluation_set in sets:
