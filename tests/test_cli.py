@@ -352,6 +352,7 @@ def test_console_script_and_package_data_are_declared():
     assert json.dumps(sorted(cli.COMMANDS)) == json.dumps(
         sorted(
             [
+                "baselines",
                 "curate",
                 "demo",
                 "dpo",

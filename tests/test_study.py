@@ -22,6 +22,7 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
             assert set(result["pass_at_k"]) == {"1", "2", "4"} and len(result["num_correct"]) == 3
             assert bool(result["boundary"]) == (arm != "base")
     assert "mean nothing" in table and "pass@4" in table and "| chance (guess from the train answers) | - |" in table
+    assert "| trivial_random_carries (guess from the prompt's structure) | 0,1,2 |" in table
     grpo = json.loads((out / "toy" / "self" / "seed0" / "result.json").read_text())
     assert [b["step"] for b in grpo["boundary"]] == [0, 1, 2] and grpo["grpo_config"]["curation"] == "self"
     for png in ("toy_pass_at_k.png", "toy_boundary.png"):

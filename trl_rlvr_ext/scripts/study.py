@@ -2,6 +2,7 @@
 
     trl-rlvr-ext study self --tasks toy --seeds 0,1,2 --out_dir outputs/studies/self
     trl-rlvr-ext study self --quick --tasks toy        # a smoke run in seconds; its numbers mean nothing
+    trl-rlvr-ext study self --tasks 'reasoning_gym:count_bits?max_n=63'   # a study on your own task
 
 Finished runs (``<out_dir>/<task>/<arm>/seed<k>/result.json``) are loaded, not redone.
 """
@@ -23,7 +24,14 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("name", choices=sorted(STUDIES), help="The study.")
     parser.add_argument("--out_dir", default=None, help="Output folder (default: outputs/studies/<name>[-quick]).")
-    parser.add_argument("--tasks", default=None, help="Comma-separated tasks (default: all of the study's).")
+    parser.add_argument(
+        "--tasks",
+        default=None,
+        help="Comma-separated tasks (default: all of the study's); an entry may be a dataset name instead, e.g. "
+        "'reasoning_gym:count_bits?max_n=63' (a base is warm-started for it; see trl_rlvr_ext.studies.user_tasks).",
+    )
+    parser.add_argument("--reward", default=None, help="The reward of the dataset names in --tasks (if not implied).")
+    parser.add_argument("--base_model", default=None, help="The base model of the dataset names in --tasks.")
     parser.add_argument(
         "--arms",
         default=None,
@@ -88,6 +96,8 @@ def cli_main(argv: list[str] | None = None) -> int:
         quick=args.quick,
         command=command,
         setting=args.setting,
+        reward=args.reward,
+        base_model=args.base_model,
     )
     return 0
 

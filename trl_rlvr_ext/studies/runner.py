@@ -36,6 +36,8 @@ class StudyTask:
         base_model: ``base_model(quick) -> path`` of the model every arm starts from (built and cached on first use).
         gold_completion: ``gold_completion(row) -> str``, a correct completion of a dataset row (the probes).
         max_completion_length: generation budget (training and evaluation).
+        selector: what ``--tasks`` says to select the task when that is not its name (a dataset name, with the
+            flags it needs: `trl_rlvr_ext.studies.user_tasks`); its runs' rerun commands use it.
     """
 
     name: str
@@ -44,6 +46,7 @@ class StudyTask:
     base_model: Callable[[bool], str]
     gold_completion: Callable[[dict], str]
     max_completion_length: int
+    selector: str = ""
 
 
 @dataclasses.dataclass
@@ -418,8 +421,8 @@ def evaluate_and_record(
         "train_seconds": round(train_seconds, 1),
         "wall_seconds": round(time.perf_counter() - start, 1),
         "command": command,
-        "rerun_command": f"{command.split(' --')[0]} --out_dir {out_dir} --tasks {task.name} --arms {arm.name} "
-        f"--seeds {seed}"
+        "rerun_command": f"{command.split(' --')[0]} --out_dir {out_dir} --tasks {task.selector or task.name} "
+        f"--arms {arm.name} --seeds {seed}"
         + (f" --setting {setting}" if setting is not None else "")
         + (" --quick" if quick else "")
         + size_flags(study, sizes, quick, setting),
@@ -462,6 +465,21 @@ def chance_pass_at_k(dataset: str, num_problems: int, ks: list[int]) -> dict[int
     return {k: statistics.fmean(1 - (1 - q) ** k for q in rates) for k in ks}
 
 
+def trivial_row(result: dict, ks: list[int], width: int) -> str | None:
+    """The table row of the strongest trivial policy of a run's task (`trl_rlvr_ext.studies.baselines`) on its
+    evaluation problems, mean ± sd over guess seeds 0, 1, 2; ``None`` where the task has none."""
+    from .baselines import strongest_trivial_pass_at_k
+
+    trivial = strongest_trivial_pass_at_k(
+        result["dataset"], result["reward"], len(result["num_correct"]), result["num_samples"]
+    )
+    if trivial is None:
+        return None
+    arm, values = trivial
+    cells = [f"{arm} (guess from the prompt's structure)", "0,1,2", *[_mean_sd(values[k]) for k in ks]]
+    return "| " + " | ".join(cells + ["-"] * (width - len(cells))) + " |"
+
+
 def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
     """Write ``results.md`` (mean ± sd over seeds per task and arm) and the plots; returns the markdown."""
     lines = [f"# Study `{study.name}`", "", study.claim, ""]
@@ -492,6 +510,9 @@ def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
         if chance is not None:
             cells = ["chance (guess from the train answers)", "-", *[f"{chance[k]:.3f}" for k in shown]]
             lines.append("| " + " | ".join(cells + ["-"] * (len(header) - len(cells))) + " |")
+        trivial = trivial_row(rows[0], shown, len(header))
+        if trivial:
+            lines.append(trivial)
         lines += [""]
         if any(arm in study.arms and not study.arms[arm].train for arm in (r["arm"] for r in rows)):
             lines += [
@@ -618,12 +639,20 @@ def run_study(
     command: str = "",
     log: Callable[[str], None] = print,
     setting: str | None = None,
+    reward: str | None = None,
+    base_model: str | None = None,
 ) -> list[dict]:
     """Run (or resume) ``study``; returns the results of every selected run, after writing the table and plots.
+
     ``setting`` names one of ``study.settings``: its sizes are the default ``sizes`` and its config is merged over
-    every training arm's."""
+    every training arm's. An entry of ``tasks`` may be a dataset name instead of one of the study's tasks
+    (`trl_rlvr_ext.studies.user_tasks`; ``reward`` and ``base_model`` are for those)."""
     if setting is not None:
         study.get_setting(setting)  # an unknown name fails before anything runs
+    if tasks or reward or base_model:
+        from .user_tasks import with_dataset_tasks
+
+        study, tasks = with_dataset_tasks(study, list(tasks or []), reward=reward, base_model=base_model)
     if arms and any(name in study.arm_sets for name in arms):
         arms = _expand_arm_sets(study, arms, tasks, Path(out_dir))
     for kind, chosen, known in (("task", tasks, study.tasks), ("arm", arms, study.arms)):

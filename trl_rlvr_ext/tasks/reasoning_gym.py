@@ -27,10 +27,20 @@ Options (everything after ``?``, ``&``-separated):
   ``count_bits``). In a mixture, write ``<task>.<key>=value``; ``<task>.weight`` sets its sampling weight (default 1).
   Values parse as ``true``/``false``, integers, floats, or text; ``a,b,c`` is a tuple (``operators=+,-``).
 
+- ``dedup`` (default ``exact``): which held-out problems are dropped as copies of train ones. ``exact``: the same
+  question. ``near``: also the same problem up to a reordering (`near_duplicate_key`: chain_sum the multiset of
+  signed terms, number_sorting the multiset of numbers, any other task its question with case and whitespace
+  normalised), so ``"3 + 4 - 1"`` is dropped when ``"4 - 1 + 3"`` is a train problem.
+- ``stratify`` (default false): draw the held-out split with the train split's composition over the generator's own
+  options (`problem_stratum`: the task of a mixture, and the per-problem values of the options reasoning-gym lists
+  as the problem's difficulty, e.g. chain_sum's ``num_terms`` and ``num_digits``): each stratum gets its share of
+  ``test_size`` (largest remainders). A stratum the train split has exhausted fails the name, naming it.
+
 The splits share no problem: reasoning-gym draws item ``i`` of ``create_dataset(task, size, seed)`` from an RNG seeded
 with ``seed + i``, so two seeds closer than the sizes share items. The held-out split is therefore drawn at
 ``seed + TEST_SEED_OFFSET`` (far beyond any train size), and every held-out question that also occurs in the train
 split is dropped (and the held-out split keeps each question once), drawing on until ``test_size`` remain.
+`split_composition` reports what a name's splits hold (strata, dropped problems, near duplicates left in).
 
 Columns: ``prompt``; ``answer`` (the gold answer string); ``task`` (the reasoning-gym task of the row); ``entry``
 (the reasoning-gym entry, question/answer/metadata, as JSON); ``task_options`` (the task's generator options, JSON);
@@ -48,9 +58,18 @@ INSTALL_HINT = 'pip install "reasoning-gym>=0.1.25" (from a clone of trl-rlvr-ex
 # Far beyond any train size: train items use RNG seeds [seed, seed + size), held-out items [seed + OFFSET, ...).
 TEST_SEED_OFFSET = 1_000_000_007
 # Options of the name that are ours, not the generator's.
-RESERVED_OPTIONS = ("size", "test_size", "seed", "format", "strip_template")
+RESERVED_OPTIONS = ("size", "test_size", "seed", "format", "strip_template", "dedup", "stratify")
 FORMATS = ("standard", "conversational")
-_DEFAULTS = {"size": 1000, "test_size": 200, "seed": 0, "format": "standard", "strip_template": False}
+DEDUP_MODES = ("exact", "near")
+_DEFAULTS = {
+    "size": 1000,
+    "test_size": 200,
+    "seed": 0,
+    "format": "standard",
+    "strip_template": False,
+    "dedup": "exact",
+    "stratify": False,
+}
 
 
 def import_reasoning_gym():
@@ -100,6 +119,8 @@ class ReasoningGymSpec:
     seed: int = 0
     format: str = "standard"
     strip_template: bool = False
+    dedup: str = "exact"
+    stratify: bool = False
 
 
 def _check_task(task: str, known: list[str]) -> None:
@@ -189,8 +210,11 @@ def parse_name(name: str) -> ReasoningGymSpec:
         raise ValueError(f"size={settings['size']} is too large: keep it below {TEST_SEED_OFFSET}.")
     if settings["format"] not in FORMATS:
         raise ValueError(f"format={settings['format']!r} in {name!r}: use one of {list(FORMATS)}.")
-    if not isinstance(settings["strip_template"], bool):
-        raise TypeError(f"strip_template={settings['strip_template']!r} in {name!r}: use true or false.")
+    for key in ("strip_template", "stratify"):
+        if not isinstance(settings[key], bool):
+            raise TypeError(f"{key}={settings[key]!r} in {name!r}: use true or false.")
+    if settings["dedup"] not in DEDUP_MODES:
+        raise ValueError(f"dedup={settings['dedup']!r} in {name!r}: use one of {list(DEDUP_MODES)}.")
     return ReasoningGymSpec(tasks=tasks, options=options, weights=weights, **settings)
 
 
@@ -270,6 +294,144 @@ def _rows(entries: list[dict], spec: ReasoningGymSpec, affixes: dict) -> dict:
     return columns
 
 
+def signed_terms(expression: str) -> tuple[int, ...]:
+    """``"4 - 1 + -3" -> (4, -1, -3)``: the terms of a chain_sum expression with the sign each enters the sum with."""
+    tokens = expression.split()
+    terms = [int(tokens[0])]
+    for operator, term in zip(tokens[1::2], tokens[2::2]):
+        terms.append(int(term) if operator == "+" else -int(term))
+    return tuple(terms)
+
+
+def _chain_sum_key(entry: dict) -> tuple:
+    return tuple(sorted(signed_terms(entry["metadata"]["expression"])))
+
+
+def _number_sorting_key(entry: dict) -> tuple:
+    return tuple(sorted(float(number) for number in entry["metadata"]["original_numbers"]))
+
+
+# task -> the identity of a problem up to reordering; the other tasks fall back to the normalised question.
+NEAR_DUPLICATE_KEYS = {"chain_sum": _chain_sum_key, "number_sorting": _number_sorting_key}
+
+
+def near_duplicate_key(entry: dict, task: str) -> tuple:
+    """What two problems share when one is a reordering of the other: chain_sum the multiset of signed terms
+    (``"4 - 1 + 3"`` and ``"3 + 4 - 1"``, same answer), number_sorting the multiset of numbers (whatever the order
+    and the direction asked for), any other task its question lower-cased with whitespace collapsed."""
+    key = NEAR_DUPLICATE_KEYS.get(task)
+    return (task, key(entry) if key else " ".join(entry["question"].lower().split()))
+
+
+def problem_stratum(entry: dict, task: str) -> tuple:
+    """A problem's stratum over the generator's own options: its task (which sub-task of a mixture) and, for each
+    option reasoning-gym lists in the entry's ``metadata["difficulty"]``, the problem's own value of it where the
+    metadata records one (chain_sum: ``num_terms``, ``num_digits``; number_sorting: ``numbers``)."""
+    metadata = entry.get("metadata", {})
+    values = tuple(
+        (key, metadata[key])
+        for key in sorted(metadata.get("difficulty", {}))
+        if isinstance(metadata.get(key), (int, float, str, bool))
+    )
+    return (task, *values)
+
+
+def stratum_label(stratum: tuple) -> str:
+    """``("chain_sum", ("num_digits", 1), ("num_terms", 3)) -> "chain_sum num_digits=1 num_terms=3"``."""
+    return " ".join([stratum[0], *(f"{key}={value}" for key, value in stratum[1:])])
+
+
+def _quotas(train_strata: list[tuple], test_size: int) -> dict[tuple, int]:
+    """``test_size`` shared out over the train split's strata in proportion to their counts (largest remainders,
+    ties in the strata's sorted order)."""
+    counts: dict[tuple, int] = {}
+    for stratum in train_strata:
+        counts[stratum] = counts.get(stratum, 0) + 1
+    exact = {stratum: test_size * count / len(train_strata) for stratum, count in counts.items()}
+    quotas = {stratum: int(share) for stratum, share in exact.items()}
+    by_remainder = sorted(exact, key=lambda stratum: (-(exact[stratum] - quotas[stratum]), repr(stratum)))
+    for stratum in by_remainder[: test_size - sum(quotas.values())]:
+        quotas[stratum] += 1
+    return quotas
+
+
+@dataclasses.dataclass
+class SplitDraw:
+    """The entries of a name's two splits and what the held-out draw skipped: ``dropped["exact"]`` (a train
+    question), ``["repeat"]`` (a question already held out), ``["near"]`` (with ``dedup=near``: a reordering of a train
+    or held-out problem), ``["stratum_full"]`` (with ``stratify``: its stratum had its share); ``draws`` items read."""
+
+    train: list[dict]
+    test: list[dict]
+    draws: int
+    dropped: dict
+    quotas: dict | None
+
+
+def draw_splits(spec: ReasoningGymSpec) -> SplitDraw:
+    """The train entries (reasoning-gym's dataset at ``seed``) and the held-out entries (drawn at
+    ``seed + TEST_SEED_OFFSET``, skipping copies of train problems, see ``dedup`` and ``stratify``)."""
+    train_source = _create(spec, spec.size, spec.seed)
+    train = [train_source[i] for i in range(spec.size)]
+    train_questions = {entry["question"] for entry in train}
+    near = spec.dedup == "near"
+    near_keys = {near_duplicate_key(entry, _entry_task(entry, spec)) for entry in train} if near else set()
+    quotas = None
+    if spec.stratify:
+        quotas = _quotas([problem_stratum(entry, _entry_task(entry, spec)) for entry in train], spec.test_size)
+    filled = dict.fromkeys(quotas or (), 0)
+    dropped = {"exact": 0, "repeat": 0, "near": 0, "stratum_full": 0}
+    # Draw held-out items from a far seed, keeping each new question once and none that is in train.
+    max_draws = (200 if spec.stratify else 20) * spec.test_size + 1000
+    test_source = _create(spec, max_draws, spec.seed + TEST_SEED_OFFSET)
+    test, seen = [], set()
+    draws = 0
+    for i in range(max_draws):
+        entry = test_source[i]
+        draws += 1
+        if entry["question"] in train_questions:
+            dropped["exact"] += 1
+            continue
+        if entry["question"] in seen:
+            dropped["repeat"] += 1
+            continue
+        if near:
+            key = near_duplicate_key(entry, _entry_task(entry, spec))
+            if key in near_keys:
+                dropped["near"] += 1
+                continue
+        if quotas is not None:
+            stratum = problem_stratum(entry, _entry_task(entry, spec))
+            if filled.get(stratum, 0) >= quotas.get(stratum, 0):
+                dropped["stratum_full"] += 1
+                continue
+            filled[stratum] += 1
+        if near:
+            near_keys.add(key)  # the held-out split keeps each problem once, up to reordering too
+        seen.add(entry["question"])
+        test.append(entry)
+        if len(test) == spec.test_size:
+            break
+    else:
+        short = ""
+        if quotas is not None:
+            missing = [
+                f"{stratum_label(s)}: {filled[s]} of {q}" for s, q in sorted(quotas.items(), key=repr) if filled[s] < q
+            ]
+            short = (
+                f" With stratify=true the strata short of their share are {missing}: the train split holds (nearly) "
+                "every problem of these strata, so there are too few new ones. Lower size, widen the generator "
+                "options, or drop stratify and report results per stratum (split_composition)."
+            )
+        raise ValueError(
+            f"Could not draw {spec.test_size} held-out problems that are not in the {spec.size} train problems of "
+            f"{list(spec.tasks)} with options {spec.options}: only {len(test)} distinct new questions in {max_draws} "
+            "draws. The task's problem space is too small for these sizes: lower size or test_size, or widen the "
+            "generator options (larger ranges)." + short
+        )
+    return SplitDraw(train, test, draws, dropped, quotas)
+
+
 def make_reasoning_gym_datasets(name_or_spec: "str | ReasoningGymSpec"):
     """A `DatasetDict` with ``train`` and ``test`` splits (TRL prompt-only format) for a ``reasoning_gym:`` name.
 
@@ -279,40 +441,88 @@ def make_reasoning_gym_datasets(name_or_spec: "str | ReasoningGymSpec"):
     from datasets import Dataset, DatasetDict
 
     spec = parse_name(name_or_spec) if isinstance(name_or_spec, str) else name_or_spec
-    train_source = _create(spec, spec.size, spec.seed)
-    train = [train_source[i] for i in range(spec.size)]
-    train_questions = {entry["question"] for entry in train}
-    # Draw held-out items from a far seed, keeping each new question once and none that is in train.
-    max_draws = 20 * spec.test_size + 1000
-    test_source = _create(spec, max_draws, spec.seed + TEST_SEED_OFFSET)
-    test, seen = [], set()
-    for i in range(max_draws):
-        entry = test_source[i]
-        if entry["question"] in train_questions or entry["question"] in seen:
-            continue
-        seen.add(entry["question"])
-        test.append(entry)
-        if len(test) == spec.test_size:
-            break
-    else:
-        raise ValueError(
-            f"Could not draw {spec.test_size} held-out problems that are not in the {spec.size} train problems of "
-            f"{list(spec.tasks)} with options {spec.options}: only {len(test)} distinct new questions in {max_draws} "
-            "draws. The task's problem space is too small for these sizes: lower size or test_size, or widen the "
-            "generator options (larger ranges)."
-        )
+    drawn = draw_splits(spec)
     affixes = {}
     if spec.strip_template:
         by_task: dict[str, list[str]] = {}
-        for entry in train:
+        for entry in drawn.train:
             by_task.setdefault(_entry_task(entry, spec), []).append(entry["question"])
         affixes = {task: _common_affixes(questions) for task, questions in by_task.items()}
     return DatasetDict(
         {
-            "train": Dataset.from_dict(_rows(train, spec, affixes)),
-            "test": Dataset.from_dict(_rows(test, spec, affixes)),
+            "train": Dataset.from_dict(_rows(drawn.train, spec, affixes)),
+            "test": Dataset.from_dict(_rows(drawn.test, spec, affixes)),
         }
     )
+
+
+def split_composition(name: str, eval_problems: int | None = None) -> dict:
+    """What the splits of the ``reasoning_gym:`` name hold, for a page or a test.
+
+    Returns a dict: ``strata`` (label -> ``{"train": n, "test": n, "eval": n}``; ``eval`` counts the first
+    ``eval_problems`` held-out rows, the problems a study evaluates, default all of them), ``eval_strata`` (the label
+    of each evaluated problem, in order: for per-stratum results), ``dropped`` (what the held-out draw skipped, see
+    `SplitDraw`), ``draws``, and ``eval_near_duplicates`` / ``eval_near_duplicates_same_answer``: how many evaluated
+    problems are a reordering of a train problem (`near_duplicate_key`), and how many of them also share its answer.
+    """
+    spec = parse_name(name)
+    drawn = draw_splits(spec)
+    eval_problems = len(drawn.test) if eval_problems is None else eval_problems
+    if not 1 <= eval_problems <= len(drawn.test):
+        raise ValueError(f"eval_problems={eval_problems}: {name} has {len(drawn.test)} held-out problems.")
+    evaluated = drawn.test[:eval_problems]
+    strata: dict[str, dict[str, int]] = {}
+    for split, entries in (("train", drawn.train), ("test", drawn.test), ("eval", evaluated)):
+        for entry in entries:
+            label = stratum_label(problem_stratum(entry, _entry_task(entry, spec)))
+            strata.setdefault(label, {"train": 0, "test": 0, "eval": 0})[split] += 1
+    train_answers: dict[tuple, set] = {}
+    for entry in drawn.train:
+        train_answers.setdefault(near_duplicate_key(entry, _entry_task(entry, spec)), set()).add(str(entry["answer"]))
+    near = [train_answers.get(near_duplicate_key(e, _entry_task(e, spec))) for e in evaluated]
+    return {
+        "dataset": name,
+        "train_size": len(drawn.train),
+        "test_size": len(drawn.test),
+        "eval_problems": eval_problems,
+        "strata": dict(sorted(strata.items())),
+        "eval_strata": [stratum_label(problem_stratum(e, _entry_task(e, spec))) for e in evaluated],
+        "dropped": drawn.dropped,
+        "draws": drawn.draws,
+        "eval_near_duplicates": sum(answers is not None for answers in near),
+        "eval_near_duplicates_same_answer": sum(
+            answers is not None and str(e["answer"]) in answers for answers, e in zip(near, evaluated)
+        ),
+    }
+
+
+def split_composition_markdown(name: str, eval_problems: int | None = None) -> str:
+    """`split_composition` as a markdown fragment: a table of the strata (count and share per split) and a line on
+    the problems the held-out draw dropped and the near duplicates left in the evaluated problems."""
+    composition = split_composition(name, eval_problems)
+    sizes = {"train": composition["train_size"], "test": composition["test_size"]}
+    sizes["eval"] = composition["eval_problems"]
+    lines = [
+        f"| stratum | train ({sizes['train']}) | held out ({sizes['test']}) | evaluated ({sizes['eval']}) |",
+        "|---|---|---|---|",
+    ]
+    for label, counts in composition["strata"].items():
+        cells = [
+            f"{counts[split]} ({100 * counts[split] / sizes[split]:.0f} %)" for split in ("train", "test", "eval")
+        ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    dropped = composition["dropped"]
+    lines += [
+        "",
+        (
+            f"The held-out draw read {composition['draws']} problems and dropped {dropped['exact']} train questions, "
+            f"{dropped['repeat']} repeats, {dropped['near']} reorderings of a kept problem (dedup=near) and "
+            f"{dropped['stratum_full']} of full strata (stratify). Of the {sizes['eval']} evaluated problems, "
+            f"{composition['eval_near_duplicates']} are a reordering of a train problem "
+            f"({composition['eval_near_duplicates_same_answer']} with the same answer)."
+        ),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def load_reasoning_gym(name: str):
@@ -325,8 +535,14 @@ __all__ = [
     "PREFIX",
     "TEST_SEED_OFFSET",
     "ReasoningGymSpec",
+    "SplitDraw",
+    "draw_splits",
     "load_reasoning_gym",
     "make_reasoning_gym_datasets",
+    "near_duplicate_key",
     "parse_name",
+    "problem_stratum",
+    "split_composition",
+    "split_composition_markdown",
     "task_names",
 ]
