@@ -100,6 +100,10 @@ EXTENSION_CLAIMS = [
 ]
 EXTENSION_ARMS = ["none", "nsr", "acpo", "acpo_nsr", "delta"]
 EXTENSION_SEEDS = [10, 11, 12, 13, 14]
+# Where the extension runs, task -> settings: the toy in both regimes, then number_sorting (a second task, where the
+# trivial baselines' pass@1 is far below the base's: 0.173 against 0.428) in the 16-update regime only, as CPU time
+# allows. chain_sum is left out: a guess with random operator signs scores pass@1 above its base (0.324 against 0.296).
+EXTENSION_RUNS = {"toy": ["updates16", "updates2"], "number_sorting": ["updates16"]}
 
 # Collapse rule: a run has collapsed when its last logged training reward is below half of its first logged reward
 # (the policy unlearned what the base could do), or when its last logged mean token entropy is below 0.01 (the
