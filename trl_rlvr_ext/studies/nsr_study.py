@@ -27,6 +27,7 @@ import math
 
 from .runner import Arm, Column, Study, StudySizes, log_column, train_log_series
 from .self_study import make_study as make_self_study
+from .verdicts import Claim
 
 
 CLAIM = (
@@ -43,6 +44,29 @@ CLAIM = (
 _SHARED = {"logging_steps": 1, "num_iterations": 2}
 # DAPO's clip-higher bounds, the NSR paper's baseline (its DAPO runs use ε = 0.2, ε_high = 0.28).
 _DAPO = {**_SHARED, "loss_type": "dapo", "epsilon": 0.2, "epsilon_high": 0.28}
+
+# The pre-declared comparisons the evidence page judges (trl_rlvr_ext.studies.verdicts), on every task and setting
+# where both arms ran. "NSR stabilises training" is not among them: its indicator (`collapsed`) is one number per run,
+# not per problem, so the paired per-problem interval does not apply; the page shows it without a verdict.
+CLAIMS = [
+    Claim(
+        "NSR raises pass@1 over DAPO's clipping",
+        arm="nsr",
+        baseline="none",
+        metric="pass@1",
+        paper_effect=0.049,
+        reason="the paper's smaller gain over DAPO (+4.9 pass@1 points at 7-8 B; the other is +6.4)",
+    ),
+    Claim(
+        "The stochastic rescue beats its deterministic expectation",
+        arm="nsr",
+        baseline="nsr_expected",
+        metric="pass@1",
+        smallest_effect=0.02,
+        reason="the paper gives no size for this ablation; 2 pass@1 points is taken as the smallest gain worth the "
+        "extra randomness",
+    ),
+]
 
 # Collapse rule: a run has collapsed when its last logged training reward is below half of its first logged reward
 # (the policy unlearned what the base could do), or when its last logged mean token entropy is below 0.01 (the
@@ -136,4 +160,14 @@ def make_study() -> Study:
         Column("collapsed", collapsed, 2),
     ]
     curves = ["reward", "entropy", "clip_ratio/region_mean", "grad_norm"]
-    return Study("nsr", CLAIM, tasks, arms, columns=columns, curves=curves, sizes=SIZES, quick_sizes=QUICK_SIZES)
+    return Study(
+        "nsr",
+        CLAIM,
+        tasks,
+        arms,
+        columns=columns,
+        curves=curves,
+        sizes=SIZES,
+        quick_sizes=QUICK_SIZES,
+        claims=CLAIMS,
+    )

@@ -134,7 +134,9 @@ class Study:
     - ``plots``: ``plot(task_name, rows, out_dir) -> list of markdown lines`` for study-specific figures;
     - ``arm_sets``: names usable in ``arms`` that stand for arms picked from the runs already in ``out_dir``
       (``arm_set(out_dir, task) -> arm names``; e.g. the ``lora_init`` study's ``chosen``: each method at its best
-      swept learning rate).
+      swept learning rate);
+    - ``claims``: the pre-declared comparisons (`trl_rlvr_ext.studies.verdicts.Claim`) that the evidence page judges
+      with the verdict rule (``trl-rlvr-ext study report <name>``).
     """
 
     name: str
@@ -148,6 +150,7 @@ class Study:
     run_one: Callable | None = None
     plots: list[Callable] = dataclasses.field(default_factory=list)
     arm_sets: dict[str, Callable[[Path, str], list[str]]] = dataclasses.field(default_factory=dict)
+    claims: list = dataclasses.field(default_factory=list)
 
     def default_sizes(self, quick: bool) -> StudySizes:
         if quick:
