@@ -105,6 +105,23 @@ def frontier_block(page: "Page", setting: Setting, task: str, records: list[dict
     return {"frontier": "\n".join(lines)}
 
 
+def _reward_ratio(last: Callable[[dict], float | None]) -> Callable[[dict], float | None]:
+    """``last(record)`` over the first logged training reward: the quantity a collapse rule compares with 0.5."""
+
+    def value(record: dict) -> float | None:
+        first = _first("reward")(record)
+        end = last(record)
+        return None if not first or end is None else end / first
+
+    return value
+
+
+def _lora_final_reward(record: dict) -> float | None:
+    from .lora_init_study import final_reward
+
+    return final_reward(record)
+
+
 _SELF_RECORDS = ("docs/evidence/data/self.jsonl",)
 PAGES = {
     "self": Page(
@@ -138,6 +155,7 @@ PAGES = {
             ),
         ),
         "NSR",
+        columns=(Column("last / first reward (collapse below 0.5)", _reward_ratio(_last("reward")), 3),),
     ),
     "is_dpo": Page(
         "is_dpo",
@@ -165,6 +183,7 @@ PAGES = {
         "docs/evidence/lora_init.md",
         (Setting("main", "60 steps, each method's rate sweep", ("docs/evidence/data/lora_init.jsonl",)),),
         "RLPO / RLMO",
+        columns=(Column("final / first reward (collapse below 0.5)", _reward_ratio(_lora_final_reward), 3),),
     ),
 }
 INDEX = "docs/evidence/index.md"
@@ -233,12 +252,19 @@ def _is_untrained(study, arm: str) -> bool:
     return arm.startswith(TRIVIAL_PREFIX) or (arm in study.arms and not study.arms[arm].train)
 
 
+def _evaluates(record: dict, study_name: str) -> bool:
+    """Whether a trivial-policy record was graded on ``study_name``'s evaluation problems (its ``evaluates.studies``;
+    a record without it is taken for every study, and pairs only where its problems and samples fit)."""
+    studies = (record.get("evaluates") or {}).get("studies")
+    return studies is None or study_name in studies
+
+
 def setting_records(study, setting: Setting, root: Path) -> list[dict]:
     """The runs of one setting: trained runs whose sizes match, and one record per (task, arm, seed) of the untrained
     arms (the base; trivial policies from `TRIVIAL_RECORDS`, when it exists), for the tasks the setting trained on."""
     records = [r for path in setting.records for r in load_records(root / path)]
     trivial = root / TRIVIAL_RECORDS
-    records += load_records(trivial) if trivial.is_file() else []
+    records += [r for r in load_records(trivial) if _evaluates(r, study.name)] if trivial.is_file() else []
     trained = [
         r
         for r in records
@@ -354,9 +380,20 @@ def _values(records: list[dict], task: str, arm: str, k: int) -> dict[int, np.nd
     return {r["seed"]: per_problem(r, k) for r in runs}
 
 
+def _strongest_trivial(records: list[dict], task: str, k: int) -> list[str]:
+    """The trivial policy of ``task`` with the highest mean pass@k (the strongest null; ``[]`` without one)."""
+    scores = {}
+    for arm in sorted({r["arm"] for r in records if r["task"] == task and r["arm"].startswith(TRIVIAL_PREFIX)}):
+        values = _values(records, task, arm, k)
+        if not isinstance(values, str):
+            scores[arm] = float(np.mean([v.mean() for v in values.values()]))
+    return [max(scores, key=scores.get)] if scores else []
+
+
 def judge_parts(study_name: str, study, setting: Setting, records: list[dict]) -> list[Part]:
     """Every claim of the study on every task of the setting where its arms ran (a claim's ``tasks`` / ``settings``
-    restrict it). A trivial-policy baseline with one record is paired with every seed of the arm (it does not train)."""
+    restrict it). A baseline ``"trivial*"`` is the task's strongest trivial policy at the claim's k; a trivial-policy
+    baseline with one record is paired with every seed of the arm (it does not train)."""
     parts = []
     for claim in study.claims:
         if claim.settings and setting.name not in claim.settings:
@@ -366,7 +403,7 @@ def judge_parts(study_name: str, study, setting: Setting, records: list[dict]) -
                 continue
             arm = _values(records, task, claim.arm, claim.k)
             if claim.baseline == f"{TRIVIAL_PREFIX}*":
-                baselines = sorted({r["arm"] for r in records if r["task"] == task and r["arm"].startswith("trivial")})
+                baselines = _strongest_trivial(records, task, claim.k)
                 if not baselines:
                     if arm != "no run":
                         parts.append(

@@ -29,6 +29,7 @@ CLAIMS = [
         smallest_effect=0.05,
         reason="a boundary claim is only meaningful where a policy without reasoning stays well below the base at "
         "large k; 5 points is taken as the least margin",
+        settings=("main",),  # neither arm trains: the provocation setting shows the same runs
     ),
     Claim(
         "1a. GRPO lowers pass@256 below the base",

@@ -45,7 +45,8 @@ class Claim:
     arms ran); ``part_of`` names the claim this one is a part of (a claim with parts is "mixed" when its parts'
     verdicts differ); ``exploratory`` says why the comparison was set after looking at the data, as a short label, ": "
     and the details (empty: pre-declared).
-    A ``baseline`` of ``"trivial*"`` stands for every trivial-policy baseline of the task (arms named ``trivial...``).
+    A ``baseline`` of ``"trivial*"`` stands for the task's strongest trivial-policy baseline at the claim's k (the arm
+    named ``trivial...`` with the highest mean).
     """
 
     name: str
