@@ -303,32 +303,58 @@ def _row(cells) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+# Value columns per table beside the arm: wider tables overflow the docs' column (tests/test_docs_render.py).
+COLUMNS_PER_TABLE = 5
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [_row(header), "|" + "---|" * len(header), *(_row(cells) for cells in rows)]
+
+
 def pass_at_k_table(study, page: Page, records: list[dict]) -> str:
-    """Mean ± sd over seeds per arm: Pass@k (recomputed per problem from the counts), the probe metrics at the end of
-    training, the study's and the page's columns, train and wall seconds."""
+    """Mean ± sd over seeds per arm: Pass@k (recomputed per problem from the counts); then, in tables of at most
+    `COLUMNS_PER_TABLE` columns (the trained arms only), the probe metrics at the end of training, the study's and
+    the page's columns, train and wall seconds."""
     num_samples = max(r["num_samples"] for r in records)
     ks = [k for k in KS if k <= num_samples]
-    has_boundary = any(r.get("boundary") for r in records)
-    columns = [*study.columns, *page.columns]
-    header = ["arm", "seeds", *[f"pass@{k}" for k in ks]]
-    header += ["interference_frac (end)", "winner_take_all (end)"] if has_boundary else []
-    header += [c.header for c in columns] + ["train s", "wall s"]
-    lines = [_row(header), "|" + "---|" * len(header)]
-    for arm in _arm_order(page, records):
-        runs = sorted((r for r in records if r["arm"] == arm), key=lambda r: r["seed"])
+    arms = _arm_order(page, records)
+    runs_of = {arm: sorted((r for r in records if r["arm"] == arm), key=lambda r: r["seed"]) for arm in arms}
+    rows = []
+    for arm, runs in runs_of.items():
         cells = [arm, ",".join(str(r["seed"]) for r in runs)]
         for k in ks:
             values = [per_problem(r, k) for r in runs]
             cells.append(_mean_sd([float(v.mean()) for v in values if v is not None]))
-        for key in ("interference_frac", "winner_take_all") if has_boundary else ():
-            ends = [r["boundary"][-1].get(f"boundary/{key}") for r in runs if r.get("boundary")]
-            cells.append(_mean_sd(ends) if ends else "-")
-        for column in columns:
-            cells.append(
-                "-" if _is_untrained(study, arm) else _mean_sd([column.value(r) for r in runs], column.digits)
+        rows.append(cells)
+    lines = _table(["arm", "seeds", *[f"pass@{k}" for k in ks]], rows)
+
+    extra: list[tuple[str, Callable[[list[dict]], str]]] = []
+    if any(r.get("boundary") for r in records):
+        for key in ("interference_frac", "winner_take_all"):
+            extra.append(
+                (
+                    f"{key} (end)",
+                    lambda runs, key=key: _mean_sd(
+                        [r["boundary"][-1].get(f"boundary/{key}") for r in runs if r.get("boundary")]
+                    ),
+                )
             )
-        cells += [_mean_sd([r.get(key) for r in runs], digits=0) for key in ("train_seconds", "wall_seconds")]
-        lines.append(_row(cells))
+    for column in [*study.columns, *page.columns]:  # training columns: "-" for an untrained arm
+        extra.append(
+            (
+                column.header,
+                lambda runs, c=column: (
+                    "-" if _is_untrained(study, runs[0]["arm"]) else _mean_sd([c.value(r) for r in runs], c.digits)
+                ),
+            )
+        )
+    for key, header in (("train_seconds", "train s"), ("wall_seconds", "wall s")):
+        extra.append((header, lambda runs, key=key: _mean_sd([r.get(key) for r in runs], digits=0)))
+    shown = [arm for arm in arms if not arm.startswith(TRIVIAL_PREFIX)]  # a trivial policy has no training
+    for start in range(0, len(extra), COLUMNS_PER_TABLE):
+        chunk = extra[start : start + COLUMNS_PER_TABLE]
+        rows = [[arm, *(value(runs_of[arm]) for _, value in chunk)] for arm in shown]
+        lines += ["", *_table(["arm", *(header for header, _ in chunk)], rows)]
     return "\n".join(lines)
 
 
@@ -448,37 +474,40 @@ def claims_table(parts: list[Part]) -> str:
     95 % interval, the minimum detectable effect, the effect to exclude and the verdict the rule gave."""
     header = [
         "claim",
-        "setting",
-        "task",
-        "arm − baseline",
-        "metric",
-        "effect (claimed direction +)",
-        "95 % interval",
+        "where (seeds × problems)",
+        "arm − baseline, metric",
+        "effect [95 % interval]",
         "seed t interval (cross-check)",
         "MDE",
         "effect to exclude",
-        "seeds × problems",
         "verdict",
     ]
-    lines = [_row(header), "|" + "---|" * len(header)]
+    rows = []
     for p in parts:
         c, j = p.claim, p.judgement
-        exclude = f"{c.threshold:.3f} ({'paper' if c.paper_effect is not None else 'smallest of interest'})"
+        exclude = f"{c.threshold:.3f} ({'paper' if c.paper_effect is not None else 'stated'})"
         name = c.name + (f" *(exploratory: {exploratory_label(p.exploratory)})*" if p.exploratory else "")
-        cells = [name, p.setting.name, p.task, f"{c.arm} − {p.baseline}", c.metric]
+        where = f"{p.task}, {p.setting.name}" + (f" ({j.num_seeds} × {j.num_problems})" if j else "")
+        cells = [name, where, f"{c.arm} − {p.baseline}, {c.metric}"]
         if j is None:
-            cells += ["-", "-", "-", "-", exclude, "-", f"not judged: {p.not_judged}"]
+            cells += ["-", "-", "-", exclude, f"not judged: {p.not_judged}"]
         else:
             cells += [
-                _signed(j.effect),
-                _interval(j),
+                f"{_signed(j.effect)} {_interval(j)}",
                 f"[{_signed(j.seed_t_low)}, {_signed(j.seed_t_high)}]",
                 f"{j.minimum_detectable_effect:.3f}",
                 exclude,
-                f"{j.num_seeds} × {j.num_problems}",
                 f"**{j.verdict}**",
             ]
-        lines.append(_row(cells))
+        rows.append(cells)
+    lines = _table(header, rows)
+    lines += [
+        "",
+        (
+            "Effects are signed so that the claimed direction is positive (for a claim that the arm is lower, a "
+            "positive effect means it is lower). 'stated': a smallest effect of interest, where the paper gives none."
+        ),
+    ]
     notes = {}
     for p in parts:
         notes.setdefault(p.claim.name, p.claim)
