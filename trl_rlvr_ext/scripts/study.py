@@ -21,6 +21,8 @@ def make_parser() -> argparse.ArgumentParser:
         prog="trl-rlvr-ext study",
         description="Run a study: arms x seeds on its tasks; each final model is evaluated with the unbiased Pass@k "
         "on held-out problems. Writes <out_dir>/results.md (mean ± sd over seeds) and PNG plots. Resumable.",
+        epilog="`trl-rlvr-ext study report <name>` renders the evidence page docs/evidence/<name>.md from its committed "
+        "records instead (tables, intervals, verdicts; see `trl-rlvr-ext study report --help`).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("name", choices=sorted(STUDIES), help="The study.")
