@@ -3,8 +3,6 @@ what its records render, and the renderer does what it says on small synthetic r
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -150,13 +148,16 @@ def test_fill_replaces_blocks_keeps_prose_and_indentation_and_rejects_unknown_bl
         fill(text, {"a": "x"})
 
 
-def test_study_report_cli_checks_without_writing(tmp_path):
+def test_study_report_cli_checks_without_writing(tmp_path, capsys):
+    from trl_rlvr_ext.scripts.study import cli_main
+
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
     page = tmp_path / PAGES["nsr"].path
     page.write_text(page.read_text().replace("| none | 0,1,2 |", "| none | 0,1 |", 1))
-    command = [sys.executable, "-m", "trl_rlvr_ext.scripts.study", "report", "nsr", "--root", str(tmp_path)]
-    check = subprocess.run([*command, "--check"], check=False, capture_output=True, text=True, cwd=ROOT)
-    assert check.returncode == 1 and "differs from its records: docs/evidence/nsr.md" in check.stdout
+    argv = ["report", "nsr", "--root", str(tmp_path)]
+    assert cli_main([*argv, "--check"]) == 1
+    assert "differs from its records: docs/evidence/nsr.md" in capsys.readouterr().out
     assert "| none | 0,1 |" in page.read_text()  # --check wrote nothing
-    assert subprocess.run(command, check=False, capture_output=True, text=True, cwd=ROOT).returncode == 0
-    assert subprocess.run([*command, "--check"], check=False, capture_output=True, cwd=ROOT).returncode == 0
+    assert cli_main(argv) == 0
+    assert "rendered: docs/evidence/nsr.md" in capsys.readouterr().out
+    assert "| none | 0,1 |" not in page.read_text() and "| none | 0,1,2 |" in page.read_text()
