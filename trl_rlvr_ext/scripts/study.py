@@ -3,8 +3,10 @@
     trl-rlvr-ext study self --tasks toy --seeds 0,1,2 --out_dir outputs/studies/self
     trl-rlvr-ext study self --quick --tasks toy        # a smoke run in seconds; its numbers mean nothing
     trl-rlvr-ext study self --tasks 'reasoning_gym:count_bits?max_n=63'   # a study on your own task
+    trl-rlvr-ext study report self [--check]           # render docs/evidence/self.md from its records
 
-Finished runs (``<out_dir>/<task>/<arm>/seed<k>/result.json``) are loaded, not redone.
+Finished runs (``<out_dir>/<task>/<arm>/seed<k>/result.json``) are loaded, not redone. ``study report`` renders the
+evidence pages' tables, intervals and verdicts from the committed records (`trl_rlvr_ext.studies.report`).
 """
 
 import argparse
@@ -20,6 +22,8 @@ def make_parser() -> argparse.ArgumentParser:
         prog="trl-rlvr-ext study",
         description="Run a study: arms x seeds on its tasks; each final model is evaluated with the unbiased Pass@k "
         "on held-out problems. Writes <out_dir>/results.md (mean ± sd over seeds) and PNG plots. Resumable.",
+        epilog="`trl-rlvr-ext study report <name>` renders the evidence page docs/evidence/<name>.md from its committed "
+        "records instead (tables, intervals, verdicts; see `trl-rlvr-ext study report --help`).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("name", choices=sorted(STUDIES), help="The study.")
@@ -64,10 +68,54 @@ def _list(text: str | None) -> list[str] | None:
     return None if text is None else [part for part in text.split(",") if part]
 
 
+def make_report_parser() -> argparse.ArgumentParser:
+    from ..studies.report import PAGES
+
+    parser = argparse.ArgumentParser(
+        prog="trl-rlvr-ext study report",
+        description="Render the evidence pages from their JSONL records: Pass@k tables (mean ± sd), per-seed rows, "
+        "each claim's paired effect with its 95 % hierarchical-bootstrap interval, the minimum detectable effect and "
+        "the verdict of the rule, commands and wall times. Rewrites the blocks between '<!-- rendered: ... -->' "
+        "markers of docs/evidence/<name>.md, the index and the method pages' summaries; prose outside is kept.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("names", nargs="+", choices=[*sorted(PAGES), "all"], help="The studies whose pages to render.")
+    parser.add_argument("--root", default=".", help="The repository root (holds docs/).")
+    parser.add_argument(
+        "--check", action="store_true", help="Write nothing; exit 1 if a page differs from what its records render."
+    )
+    return parser
+
+
+def report_main(argv: list[str]) -> int:
+    from pathlib import Path
+
+    from ..studies.report import PAGES, render_pages
+
+    args = make_report_parser().parse_args(argv)
+    names = list(PAGES) if "all" in args.names else list(dict.fromkeys(args.names))
+    root = Path(args.root)
+    stale = []
+    for path, text in render_pages(root, names).items():
+        if (root / path).read_text() == text:
+            continue
+        stale.append(path)
+        if not args.check:
+            (root / path).write_text(text)
+    for path in stale:
+        print(f"{'differs from its records' if args.check else 'rendered'}: {path}")
+    if args.check and stale:
+        print("Run `trl-rlvr-ext study report " + " ".join(args.names) + "` to render them.", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cli_main(argv: list[str] | None = None) -> int:
     from ..studies import StudySizes, get_study, run_study
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["report"]:  # not a study's name: `study <name>` is unchanged
+        return report_main(argv[1:])
     args = make_parser().parse_args(argv)
     try:
         seeds = [int(s) for s in _list(args.seeds)]

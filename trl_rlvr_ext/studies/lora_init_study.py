@@ -41,6 +41,7 @@ from pathlib import Path
 
 from .runner import Arm, Column, Study, StudySizes, log_column, size_flags, train_log_series
 from .self_study import make_study as make_self_study
+from .verdicts import Claim
 
 
 CLAIM = (
@@ -65,6 +66,45 @@ SPIKE_FACTOR = 5.0
 REWARD_WINDOW = 10
 COLLAPSE_FRACTION = 0.5
 TASKS = ("number_sorting", "chain_sum")
+
+# The comparisons the evidence page judges (trl_rlvr_ext.studies.verdicts), each method at the rate `choose_rates`
+# picked. Those rates were chosen on seed 0's held-out pass@1, on the same problems that are reported, and seed 0 stays
+# in the table: every claim is exploratory (selected on the test set) until rerun on rates chosen on a validation
+# split and fresh seeds. "Stable" has no verdict: the collapse indicator is one number per run.
+_SELECTED = (
+    "selected on the test set: the rates were chosen on seed 0's held-out pass@1 (the reported problems) and seed 0 "
+    "is reported; RLPO's, PiSSA's and full fine-tuning's chosen rates sit at the low edge of their grids"
+)
+_LORA = "lora@1.5e-3"
+CLAIMS = [
+    *(
+        Claim(
+            f"1. {name} beats default LoRA",
+            arm=arm,
+            baseline=_LORA,
+            metric="pass@1",
+            paper_effect=effect,
+            reason=f"the paper's +{100 * effect:.1f} average accuracy of {name} over LoRA",
+            part_of="1. RLPO / RLMO beat default LoRA (+2.6 / +1.4)",
+            exploratory=_SELECTED,
+        )
+        for name, arm, effect in (("RLPO", "rlpo@5e-4", 0.026), ("RLMO", "rlmo@1.5e-3", 0.014))
+    ),
+    *(
+        Claim(
+            f"2. {name} ends below default LoRA",
+            arm=arm,
+            baseline=_LORA,
+            metric="pass@1",
+            direction=-1,
+            smallest_effect=0.02,
+            reason="the paper gives no size; 2 pass@1 points is the smallest drop taken to matter",
+            part_of="2. PiSSA / MiLoRA end below LoRA",
+            exploratory=_SELECTED,
+        )
+        for name, arm in (("PiSSA", "pissa@5e-4"), ("MiLoRA", "milora@1.5e-3"))
+    ),
+]
 
 # about one CPU-minute per (task, arm, seed) on the 0.66 M-parameter base
 SIZES = StudySizes(
@@ -263,4 +303,5 @@ def make_study() -> Study:
         sizes=SIZES,
         plots=[rate_tables],
         arm_sets={"chosen": chosen_arms},
+        claims=CLAIMS,
     )

@@ -158,6 +158,8 @@ class Study:
       (``arm_set(out_dir, task) -> arm names``; e.g. the ``lora_init`` study's ``chosen``: each method at its best
       swept learning rate);
     - ``settings``: named regimes (`Setting`) a run can be started in (``--setting``); without one, the defaults.
+    - ``claims``: the pre-declared comparisons (`trl_rlvr_ext.studies.verdicts.Claim`) that the evidence page judges
+      with the verdict rule (``trl-rlvr-ext study report <name>``).
     """
 
     name: str
@@ -172,6 +174,7 @@ class Study:
     plots: list[Callable] = dataclasses.field(default_factory=list)
     arm_sets: dict[str, Callable[[Path, str], list[str]]] = dataclasses.field(default_factory=dict)
     settings: dict[str, Setting] = dataclasses.field(default_factory=dict)
+    claims: list = dataclasses.field(default_factory=list)
 
     def default_sizes(self, quick: bool, setting: str | None = None) -> StudySizes:
         """The sizes a run starts from: the study's own (or its quick ones), with ``setting``'s sizes over them (a

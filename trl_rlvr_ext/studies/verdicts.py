@@ -37,7 +37,17 @@ VERDICTS = ("reproduced", "not reproduced", "inconclusive")
 class Claim:
     """One pre-declared comparison: ``arm`` against ``baseline`` on ``metric``, in ``direction`` (+1: the arm is
     claimed higher, −1: lower), with the paper's effect size or a smallest effect of interest (in the metric's units,
-    signed in the claimed direction, so positive)."""
+    signed in the claimed direction, so positive).
+
+    The rest says where the claim is judged and how to read it (the page renderer, `trl_rlvr_ext.studies.report`,
+    reads them): ``reason`` says where the effect size comes from (the paper's table, or why that smallest effect);
+    ``tasks`` / ``settings`` restrict the claim to some of the study's tasks and settings (empty: every one where both
+    arms ran); ``part_of`` names the claim this one is a part of (a claim with parts is "mixed" when its parts'
+    verdicts differ); ``exploratory`` says why the comparison was set after looking at the data, as a short label, ": "
+    and the details (empty: pre-declared).
+    A ``baseline`` of ``"trivial*"`` stands for the task's strongest trivial-policy baseline at the claim's k (the arm
+    named ``trivial...`` with the highest mean).
+    """
 
     name: str
     arm: str
@@ -46,6 +56,11 @@ class Claim:
     direction: int = 1
     paper_effect: float | None = None
     smallest_effect: float | None = None
+    reason: str = ""
+    tasks: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
+    part_of: str = ""
+    exploratory: str = ""
 
     def __post_init__(self):
         if self.direction not in (1, -1):
@@ -65,6 +80,14 @@ class Claim:
     def threshold(self) -> float | None:
         return self.paper_effect if self.paper_effect is not None else self.smallest_effect
 
+    @property
+    def k(self) -> int:
+        """The ``k`` of a ``pass@k`` metric (the only metric the renderer judges: per problem, from the counts)."""
+        prefix, _, k = self.metric.partition("@")
+        if prefix != "pass" or not k.isdigit() or int(k) < 1:
+            raise ValueError(f"Claim {self.name!r}: metric {self.metric!r} is not 'pass@<k>' with k >= 1.")
+        return int(k)
+
 
 @dataclasses.dataclass(frozen=True)
 class Judgement:
@@ -78,6 +101,8 @@ class Judgement:
     num_seeds: int
     num_problems: int
     verdict: str
+    seed_t_low: float = float("nan")  # `seed_t_interval`: a cross-check shown beside the interval, not the rule
+    seed_t_high: float = float("nan")
 
 
 def paired_differences(arm: Mapping[int, Sequence[float]], baseline: Mapping[int, Sequence[float]]) -> np.ndarray:
@@ -151,6 +176,7 @@ def judge(
     alpha = 1 - confidence
     low, high = (float(v) for v in np.quantile(means, [alpha / 2, 1 - alpha / 2]))
     mde = minimum_detectable_effect(float(means.std(ddof=1)), confidence)
+    t_low, t_high = seed_t_interval(differences) if confidence == 0.95 else (float("nan"), float("nan"))
     return Judgement(
         claim=claim,
         effect=float(differences.mean()),
@@ -160,4 +186,54 @@ def judge(
         num_seeds=differences.shape[0],
         num_problems=differences.shape[1],
         verdict=decide(low, high, claim.threshold),
+        seed_t_low=t_low,
+        seed_t_high=t_high,
     )
+
+
+# Student's t quantile t_{0.975, df}, df = 1..30 (no scipy here); above 30 the normal quantile is within 4 % of it.
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
+
+
+def seed_t_interval(differences: np.ndarray) -> tuple[float, float]:
+    """A cross-check of the bootstrap, not the rule: the 95 % t interval of the per-seed mean differences (seeds as
+    the only unit, ``n − 1`` degrees of freedom). With few seeds the percentile bootstrap is too narrow at the seed
+    level (3 seeds have 10 distinct resamples, and it has no small-sample factor); this interval shows by how much."""
+    seed_means = np.asarray(differences, dtype=float).mean(axis=1)
+    n = seed_means.size
+    if n < 2:
+        raise ValueError(f"A t interval over seeds needs at least 2 seeds, got {n}.")
+    t = _T975[n - 2] if n - 1 <= len(_T975) else _normal_quantile(0.975)
+    half = t * float(seed_means.std(ddof=1)) / math.sqrt(n)
+    return float(seed_means.mean()) - half, float(seed_means.mean()) + half

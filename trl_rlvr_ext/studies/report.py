@@ -1,0 +1,729 @@
+"""The evidence pages, rendered from their records (``trl-rlvr-ext study report <name>``).
+
+A study's records are JSON lines, one per (task, arm, seed) run, as `run_study` writes them into ``result.json``
+(``num_correct`` may be a JSON string of the list). Each page of ``docs/evidence/`` has rendered blocks between
+markers::
+
+    <!-- rendered: <block id> -->
+    ... written by this module ...
+    <!-- end rendered -->
+
+and hand-written prose outside them. `render_pages` recomputes every block from the records (a marker's indentation is
+kept, so a block can sit inside an admonition): per task and setting the Pass@k table (mean ± sd over seeds, every
+arm of the records, the trivial-policy baselines of ``docs/evidence/data/trivial.jsonl`` where that file exists) and
+the per-seed rows; per study the claims (`Study.claims`), each judged on every task and setting where both arms ran by
+`trl_rlvr_ext.studies.verdicts.judge` (paired per-problem pass@k, hierarchical bootstrap over seeds and problems with a
+fixed seed, so the output is deterministic), and the commands and wall times; the index's verdict table; and the
+evidence summary of each method page. This module only reads records and formats; the statistics and the rule are in
+`verdicts`, the runs in `runner`.
+"""
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..evaluation.pass_at_k import pass_at_k
+from .runner import Column, _mean_sd
+from .verdicts import Claim, Judgement, judge
+
+
+# Shown k's of the Pass@k tables (those up to the records' samples per problem).
+KS = (1, 4, 16, 64, 256)
+# Resamples and seed of every interval: fixed, so that a page renders to the same bytes every time.
+NUM_RESAMPLES = 10_000
+BOOTSTRAP_SEED = 0
+TRIVIAL_RECORDS = "docs/evidence/data/trivial.jsonl"
+TRIVIAL_PREFIX = "trivial"
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting of a study's page: the records files it reads and the sizes its trained runs share (``match``:
+    `StudySizes` field -> value). Untrained arms (the base, trivial policies) do not depend on the training sizes and
+    belong to every setting (a record whose sizes match is preferred)."""
+
+    name: str
+    label: str
+    records: tuple[str, ...]
+    match: dict = dataclasses.field(default_factory=dict)
+    exploratory: str = ""  # why the setting was chosen after looking ("<short label>: <details>"); empty: pre-declared
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    """An evidence page: its study, its markdown file, its settings and any columns of its own (``columns``, after the
+    study's) and blocks of its own (``extra_blocks(page, setting, task, records) -> {block suffix: markdown}``)."""
+
+    study: str
+    path: str
+    settings: tuple[Setting, ...]
+    label: str
+    columns: tuple[Column, ...] = ()
+    extra_blocks: Callable | None = None
+
+
+def _first(key: str) -> Callable[[dict], float | None]:
+    def value(record: dict) -> float | None:
+        values = [e[key] for e in record.get("train_log", []) if key in e]
+        return values[0] if values else None
+
+    return value
+
+
+def _last(key: str) -> Callable[[dict], float | None]:
+    def value(record: dict) -> float | None:
+        values = [e[key] for e in record.get("train_log", []) if key in e]
+        return values[-1] if values else None
+
+    return value
+
+
+def frontier_block(page: "Page", setting: Setting, task: str, records: list[dict]) -> dict[str, str]:
+    """The is_dpo frontier, every measured point: per arm and step, KL(π_θ‖π_ref) and greedy accuracy of each seed."""
+    lines = [
+        "| arm | step | KL per seed | greedy accuracy per seed | pass@1 (4 samples) per seed |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in _arm_order(page, records):
+        runs = sorted((r for r in records if r["arm"] == arm and r.get("frontier")), key=lambda r: r["seed"])
+        if not runs:
+            continue
+        steps = sorted({e["step"] for r in runs for e in r["frontier"]})
+        for step in steps:
+            points = [next((e for e in r["frontier"] if e["step"] == step), None) for r in runs]
+
+            def cells(key, digits, points=points):
+                return " / ".join("-" if p is None else f"{p[key]:.{digits}f}" for p in points)
+
+            lines.append(f"| {arm} | {step} | {cells('kl', 2)} | {cells('greedy_acc', 2)} | {cells('pass1', 3)} |")
+    seeds = sorted({r["seed"] for r in records if r.get("frontier")})
+    lines += ["", f"Each cell lists seeds {', '.join(map(str, seeds))} in that order."]
+    return {"frontier": "\n".join(lines)}
+
+
+def _reward_ratio(last: Callable[[dict], float | None]) -> Callable[[dict], float | None]:
+    """``last(record)`` over the first logged training reward: the quantity a collapse rule compares with 0.5."""
+
+    def value(record: dict) -> float | None:
+        first = _first("reward")(record)
+        end = last(record)
+        return None if not first or end is None else end / first
+
+    return value
+
+
+def _lora_final_reward(record: dict) -> float | None:
+    from .lora_init_study import final_reward
+
+    return final_reward(record)
+
+
+_SELF_RECORDS = ("docs/evidence/data/self.jsonl",)
+PAGES = {
+    "self": Page(
+        "self",
+        "docs/evidence/self.md",
+        (
+            Setting("main", "lr 5e-5, 100 steps", _SELF_RECORDS, {"max_steps": 100, "learning_rate": 5e-5}),
+            Setting(
+                "provoke",
+                "lr 2e-4, 200 steps",
+                _SELF_RECORDS,
+                {"max_steps": 200, "learning_rate": 2e-4},
+                exploratory="chosen after looking: set after the main setting showed no shrink, GRPO seed 0 ran alone "
+                "first, and not confirmed on fresh seeds",
+            ),
+        ),
+        "SELF",
+    ),
+    "nsr": Page(
+        "nsr",
+        "docs/evidence/nsr.md",
+        (
+            Setting("lr3e-4", "lr 3e-4", ("docs/evidence/data/nsr/lr3e-4.jsonl",), {"learning_rate": 3e-4}),
+            Setting(
+                "lr1e-4",
+                "lr 1e-4",
+                ("docs/evidence/data/nsr/lr1e-4.jsonl",),
+                {"learning_rate": 1e-4},
+                exploratory="chosen after looking: added after every arm degraded at lr 3e-4, not confirmed on fresh "
+                "seeds",
+            ),
+        ),
+        "NSR",
+        columns=(Column("last / first reward (collapse below 0.5)", _reward_ratio(_last("reward")), 3),),
+    ),
+    "is_dpo": Page(
+        "is_dpo",
+        "docs/evidence/is_dpo.md",
+        (
+            Setting(
+                "main",
+                "lr 3e-5, 120 steps",
+                ("docs/evidence/data/is_dpo.jsonl",),
+                exploratory="selected on the test set: the learning rate was chosen on dpo_b0.01 seed 0's held-out "
+                "greedy accuracy (the frontier's problems), and seed 0 is reported",
+            ),
+        ),
+        "IS-DAA",
+        columns=(
+            Column("chosen logp (first log)", _first("logps/chosen"), 2),
+            Column("chosen logp (last log)", _last("logps/chosen"), 2),
+            Column("rejected logp (last log)", _last("logps/rejected"), 2),
+            Column("train pref. accuracy (last log)", _last("rewards/accuracies"), 3),
+        ),
+        extra_blocks=frontier_block,
+    ),
+    "lora_init": Page(
+        "lora_init",
+        "docs/evidence/lora_init.md",
+        (Setting("main", "60 steps, each method's rate sweep", ("docs/evidence/data/lora_init.jsonl",)),),
+        "RLPO / RLMO",
+        columns=(Column("final / first reward (collapse below 0.5)", _reward_ratio(_lora_final_reward), 3),),
+    ),
+}
+INDEX = "docs/evidence/index.md"
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodSummary:
+    """A method page's evidence summary: the claims of ``study`` that ``select`` keeps, with their verdicts."""
+
+    path: str
+    study: str
+    select: Callable[[Claim], bool] = lambda claim: True
+
+
+METHOD_SUMMARIES = (
+    MethodSummary("docs/methods/nsr.md", "nsr"),
+    MethodSummary("docs/methods/is_dpo.md", "is_dpo"),
+    MethodSummary("docs/methods/lora_init.md", "lora_init"),
+    MethodSummary("docs/methods/self_curation.md", "self", lambda c: "pass_rate" not in (c.arm, c.baseline)),
+    MethodSummary("docs/methods/pass_rate_curation.md", "self", lambda c: "pass_rate" in (c.arm, c.baseline)),
+)
+
+# The verdicts the pages gave before the rule (by claim, or by the claim its parts belong to): the index shows what
+# changed.
+PREVIOUS_VERDICTS = {
+    "NSR raises pass@1 over DAPO's clipping": "not reproduced",
+    "The stochastic rescue beats its deterministic expectation": "not reproduced",
+    "1a. GRPO lowers pass@256 below the base": "reproduced at lr 2e-4 × 200 steps; not at lr 5e-5 × 100 steps",
+    "1b. GRPO raises pass@1 over the base": "(stated as reproduced, within claim 1a)",
+    "3. SELF keeps pass@256 above GRPO's": "reproduced where the paradox appears",
+    "pass_rate raises pass@1 over GRPO at the same steps": "not reproduced",
+    "0. The base is above the trivial policy at pass@256 (a boundary claim needs it)": "(not checked)",
+    "1. DPO over-optimises, most at small β": "reproduced",
+    "2. IS-DPO ends above DPO at the same step budget": "mixed (as part of the frontier claim)",
+    "1. RLPO / RLMO beat default LoRA (+2.6 / +1.4)": "not reproduced",
+    "2. PiSSA / MiLoRA end below LoRA": "mixed",
+}
+
+
+# ---------------------------------------------------------------- records
+def load_records(path: str | Path) -> list[dict]:
+    """The records of a JSONL file (one run per line); ``num_correct`` as a list of ints (it may be stored as a JSON
+    string of the list)."""
+    records = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if isinstance(record.get("num_correct"), str):
+            record["num_correct"] = json.loads(record["num_correct"])
+        for key in ("task", "arm", "seed", "num_correct", "num_samples"):
+            if key not in record:
+                raise ValueError(f"{path}:{number}: a record needs {key!r} (see trl_rlvr_ext.studies.runner).")
+        records.append(record)
+    return records
+
+
+def per_problem(record: dict, k: int) -> np.ndarray | None:
+    """Each problem's unbiased pass@k of a run (``None`` when the run drew fewer than ``k`` samples per problem)."""
+    if k > record["num_samples"]:
+        return None
+    return pass_at_k(record["num_samples"], np.asarray(record["num_correct"]), k)
+
+
+def _is_untrained(study, arm: str) -> bool:
+    return arm.startswith(TRIVIAL_PREFIX) or (arm in study.arms and not study.arms[arm].train)
+
+
+def _evaluates(record: dict, study_name: str) -> bool:
+    """Whether a trivial-policy record was graded on ``study_name``'s evaluation problems (its ``evaluates.studies``;
+    a record without it is taken for every study, and pairs only where its problems and samples fit)."""
+    studies = (record.get("evaluates") or {}).get("studies")
+    return studies is None or study_name in studies
+
+
+def setting_records(study, setting: Setting, root: Path) -> list[dict]:
+    """The runs of one setting: trained runs whose sizes match, and one record per (task, arm, seed) of the untrained
+    arms (the base; trivial policies from `TRIVIAL_RECORDS`, when it exists), for the tasks the setting trained on."""
+    records = [r for path in setting.records for r in load_records(root / path)]
+    trivial = root / TRIVIAL_RECORDS
+    records += [r for r in load_records(trivial) if _evaluates(r, study.name)] if trivial.is_file() else []
+    trained = [
+        r
+        for r in records
+        if not _is_untrained(study, r["arm"]) and all(r["sizes"].get(k) == v for k, v in setting.match.items())
+    ]
+    tasks = {r["task"] for r in trained}
+    untrained: dict[tuple, dict] = {}
+    for r in records:
+        if _is_untrained(study, r["arm"]) and r["task"] in tasks:
+            key = (r["task"], r["arm"], r["seed"])
+            matches = all((r.get("sizes") or {}).get(k) == v for k, v in setting.match.items())
+            if key not in untrained or matches and not untrained[key][1]:
+                untrained[key] = (r, matches)
+    return trained + [r for r, _ in untrained.values()]
+
+
+def _arm_order(page: Page, records: list[dict]) -> list[str]:
+    from . import get_study
+
+    names = list(dict.fromkeys(r["arm"] for r in records))
+    known = [a for a in get_study(page.study).arms if a in names]
+    return (
+        known
+        + [a for a in names if a not in known and not a.startswith(TRIVIAL_PREFIX)]
+        + sorted(a for a in names if a.startswith(TRIVIAL_PREFIX))
+    )
+
+
+def _tasks(study, records: list[dict]) -> list[str]:
+    names = {r["task"] for r in records}
+    return [t for t in study.tasks if t in names] + sorted(names - set(study.tasks))
+
+
+# ---------------------------------------------------------------- tables
+def _row(cells) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+# Value columns per table beside the arm: wider tables overflow the docs' column (tests/test_docs_render.py).
+COLUMNS_PER_TABLE = 5
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [_row(header), "|" + "---|" * len(header), *(_row(cells) for cells in rows)]
+
+
+def pass_at_k_table(study, page: Page, records: list[dict]) -> str:
+    """Mean ± sd over seeds per arm: Pass@k (recomputed per problem from the counts); then, in tables of at most
+    `COLUMNS_PER_TABLE` columns (the trained arms only), the probe metrics at the end of training, the study's and
+    the page's columns, train and wall seconds."""
+    num_samples = max(r["num_samples"] for r in records)
+    ks = [k for k in KS if k <= num_samples]
+    arms = _arm_order(page, records)
+    runs_of = {arm: sorted((r for r in records if r["arm"] == arm), key=lambda r: r["seed"]) for arm in arms}
+    rows = []
+    for arm, runs in runs_of.items():
+        cells = [arm, ",".join(str(r["seed"]) for r in runs)]
+        for k in ks:
+            values = [per_problem(r, k) for r in runs]
+            cells.append(_mean_sd([float(v.mean()) for v in values if v is not None]))
+        rows.append(cells)
+    lines = _table(["arm", "seeds", *[f"pass@{k}" for k in ks]], rows)
+
+    extra: list[tuple[str, Callable[[list[dict]], str]]] = []
+    if any(r.get("boundary") for r in records):
+        for key in ("interference_frac", "winner_take_all"):
+            extra.append(
+                (
+                    f"{key} (end)",
+                    lambda runs, key=key: _mean_sd(
+                        [r["boundary"][-1].get(f"boundary/{key}") for r in runs if r.get("boundary")]
+                    ),
+                )
+            )
+    for column in [*study.columns, *page.columns]:  # training columns: "-" for an untrained arm
+        extra.append(
+            (
+                column.header,
+                lambda runs, c=column: (
+                    "-" if _is_untrained(study, runs[0]["arm"]) else _mean_sd([c.value(r) for r in runs], c.digits)
+                ),
+            )
+        )
+    for key, header in (("train_seconds", "train s"), ("wall_seconds", "wall s")):
+        extra.append((header, lambda runs, key=key: _mean_sd([r.get(key) for r in runs], digits=0)))
+    shown = [arm for arm in arms if not arm.startswith(TRIVIAL_PREFIX)]  # a trivial policy has no training
+    for start in range(0, len(extra), COLUMNS_PER_TABLE):
+        chunk = extra[start : start + COLUMNS_PER_TABLE]
+        rows = [[arm, *(value(runs_of[arm]) for _, value in chunk)] for arm in shown]
+        lines += ["", *_table(["arm", *(header for header, _ in chunk)], rows)]
+    return "\n".join(lines)
+
+
+def seeds_table(page: Page, records: list[dict]) -> str:
+    """Every run: pass@1 / pass@k at the largest shown k, per arm (rows) and seed (columns)."""
+    num_samples = max(r["num_samples"] for r in records)
+    top = max(k for k in KS if k <= num_samples)
+    seeds = sorted({r["seed"] for r in records})
+    lines = [_row(["arm", *[f"seed {s}: pass@1 / pass@{top}" for s in seeds]]), "|" + "---|" * (len(seeds) + 1)]
+    for arm in _arm_order(page, records):
+        by_seed = {r["seed"]: r for r in records if r["arm"] == arm}
+        cells = [arm]
+        for seed in seeds:
+            r = by_seed.get(seed)
+            if r is None:
+                cells.append("-")
+                continue
+            values = [per_problem(r, k) for k in (1, top)]
+            cells.append(" / ".join("n/a" if v is None else f"{v.mean():.3f}" for v in values))
+        lines.append(_row(cells))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- claims
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """One claim on one task and setting: its judgement, or why it could not be judged."""
+
+    study: str
+    claim: Claim
+    setting: Setting
+    task: str
+    baseline: str
+    judgement: Judgement | None
+    not_judged: str = ""
+
+    @property
+    def exploratory(self) -> str:
+        """Why this part was set after looking at the data (the claim's or the setting's reason), else empty."""
+        return self.claim.exploratory or self.setting.exploratory
+
+
+def _values(records: list[dict], task: str, arm: str, k: int) -> dict[int, np.ndarray] | str:
+    runs = [r for r in records if r["task"] == task and r["arm"] == arm]
+    if not runs:
+        return "no run"
+    if any(r["num_samples"] < k for r in runs):
+        return f"{arm} drew fewer than {k} samples per problem"
+    return {r["seed"]: per_problem(r, k) for r in runs}
+
+
+def _strongest_trivial(records: list[dict], task: str, k: int) -> list[str]:
+    """The trivial policy of ``task`` with the highest mean pass@k (the strongest null; ``[]`` without one)."""
+    scores = {}
+    for arm in sorted({r["arm"] for r in records if r["task"] == task and r["arm"].startswith(TRIVIAL_PREFIX)}):
+        values = _values(records, task, arm, k)
+        if not isinstance(values, str):
+            scores[arm] = float(np.mean([v.mean() for v in values.values()]))
+    return [max(scores, key=scores.get)] if scores else []
+
+
+def judge_parts(study_name: str, study, setting: Setting, records: list[dict]) -> list[Part]:
+    """Every claim of the study on every task of the setting where its arms ran (a claim's ``tasks`` / ``settings``
+    restrict it). A baseline ``"trivial*"`` is the task's strongest trivial policy at the claim's k; a trivial-policy
+    baseline with one record is paired with every seed of the arm (it does not train)."""
+    parts = []
+    for claim in study.claims:
+        if claim.settings and setting.name not in claim.settings:
+            continue
+        for task in _tasks(study, records):
+            if claim.tasks and task not in claim.tasks:
+                continue
+            arm = _values(records, task, claim.arm, claim.k)
+            if claim.baseline == f"{TRIVIAL_PREFIX}*":
+                baselines = _strongest_trivial(records, task, claim.k)
+                if not baselines:
+                    if arm != "no run":
+                        parts.append(
+                            Part(study_name, claim, setting, task, claim.baseline, None, "no trivial records")
+                        )
+                    continue
+            else:
+                baselines = [claim.baseline]
+            for baseline in baselines:
+                base = _values(records, task, baseline, claim.k)
+                if arm == "no run" or base == "no run":
+                    continue  # the claim does not apply here
+                if isinstance(arm, str) or isinstance(base, str):
+                    parts.append(
+                        Part(study_name, claim, setting, task, baseline, None, arm if isinstance(arm, str) else base)
+                    )
+                    continue
+                if baseline.startswith(TRIVIAL_PREFIX) and len(base) == 1:
+                    base = {seed: next(iter(base.values())) for seed in arm}
+                common = sorted(set(arm) & set(base))
+                if len(common) < 2:
+                    parts.append(Part(study_name, claim, setting, task, baseline, None, f"{len(common)} paired seed"))
+                    continue
+                if any(arm[s].shape != base[s].shape for s in common):
+                    parts.append(Part(study_name, claim, setting, task, baseline, None, "different problems"))
+                    continue
+                judgement = judge(claim, arm, base, num_resamples=NUM_RESAMPLES, seed=BOOTSTRAP_SEED)
+                parts.append(Part(study_name, claim, setting, task, baseline, judgement))
+    return parts
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}"
+
+
+def _interval(j: Judgement) -> str:
+    return f"[{_signed(j.low)}, {_signed(j.high)}]"
+
+
+def claims_table(parts: list[Part]) -> str:
+    """Each claim on each task and setting: the paired effect (signed so that the claimed direction is positive), its
+    95 % interval, the minimum detectable effect, the effect to exclude and the verdict the rule gave."""
+    header = [
+        "claim",
+        "where (seeds × problems)",
+        "arm − baseline, metric",
+        "effect [95 % interval]",
+        "seed t interval (cross-check)",
+        "MDE",
+        "effect to exclude",
+        "verdict",
+    ]
+    rows = []
+    for p in parts:
+        c, j = p.claim, p.judgement
+        exclude = f"{c.threshold:.3f} ({'paper' if c.paper_effect is not None else 'stated'})"
+        name = c.name + (f" *(exploratory: {exploratory_label(p.exploratory)})*" if p.exploratory else "")
+        where = f"{p.task}, {p.setting.name}" + (f" ({j.num_seeds} × {j.num_problems})" if j else "")
+        cells = [name, where, f"{c.arm} − {p.baseline}, {c.metric}"]
+        if j is None:
+            cells += ["-", "-", "-", exclude, f"not judged: {p.not_judged}"]
+        else:
+            cells += [
+                f"{_signed(j.effect)} {_interval(j)}",
+                f"[{_signed(j.seed_t_low)}, {_signed(j.seed_t_high)}]",
+                f"{j.minimum_detectable_effect:.3f}",
+                exclude,
+                f"**{j.verdict}**",
+            ]
+        rows.append(cells)
+    lines = _table(header, rows)
+    lines += [
+        "",
+        (
+            "Effects are signed so that the claimed direction is positive (for a claim that the arm is lower, a "
+            "positive effect means it is lower). 'stated': a smallest effect of interest, where the paper gives none."
+        ),
+    ]
+    notes = {}
+    for p in parts:
+        notes.setdefault(p.claim.name, p.claim)
+    lines += ["", "Where each effect to exclude comes from:", ""]
+    for claim in notes.values():
+        lines.append(
+            f"- *{claim.name}*: {claim.reason}." + (f" Exploratory, {claim.exploratory}." if claim.exploratory else "")
+        )
+    for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory}.values():
+        lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory, {setting.exploratory}.")
+    lines += [
+        "",
+        (
+            f"The rule (`trl_rlvr_ext/studies/verdicts.py`): **reproduced** if the interval excludes 0 in the claimed "
+            f"direction, **not reproduced** if it excludes the effect to exclude, else **inconclusive**. The interval is "
+            f"a hierarchical bootstrap ({NUM_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}): seeds with replacement, then "
+            "problems with replacement within each drawn seed, of the per-problem paired difference (same seeds, same "
+            "problems). MDE: the effect this design detects with 80 % power, 2.80 × the bootstrap's standard error. "
+            "The seed t interval (per-seed mean differences, Student's t with seeds − 1 degrees of freedom) is a "
+            "cross-check, not the rule: with 3 seeds the bootstrap's seed level has 10 distinct resamples and no "
+            "small-sample factor, so it is narrower; where the t interval crosses a bound the bootstrap excludes, read the "
+            "verdict as fragile."
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def claim_group(claim: Claim) -> str:
+    return claim.part_of or claim.name
+
+
+def _combined(parts: list[Part]) -> str:
+    judged = [p.judgement.verdict for p in parts if p.judgement]
+    if not judged:
+        return "not judged"
+    counts = {v: judged.count(v) for v in dict.fromkeys(judged)}
+    return judged[0] if len(counts) == 1 else "mixed (" + ", ".join(f"{n} {v}" for v, n in counts.items()) + ")"
+
+
+def exploratory_label(reason: str) -> str:
+    """The short label of an exploratory reason (the text before its first ': ')."""
+    return reason.split(": ", 1)[0]
+
+
+def group_verdict(parts: list[Part]) -> str:
+    """A claim's verdict from its parts: the one verdict they share, or "mixed" with the count of each. Parts set after
+    looking (exploratory) do not count towards it; they get their own, labelled, after it. A claim with only
+    exploratory parts gets their verdict, labelled exploratory."""
+    registered = [p for p in parts if not p.exploratory]
+    exploratory = [p for p in parts if p.exploratory]
+    labels = ", ".join(dict.fromkeys(exploratory_label(p.exploratory) for p in exploratory))
+    if not registered:
+        return f"**{_combined(exploratory)}**, exploratory ({labels})"
+    verdict = f"**{_combined(registered)}**"
+    if exploratory and any(p.judgement for p in exploratory):
+        verdict += f"; exploratory ({labels}): {_combined(exploratory)}"
+    return verdict
+
+
+def _part_summary(p: Part, with_arms: bool) -> str:
+    where = f"{p.task}, {p.setting.name}" + (f", {p.claim.arm} − {p.baseline} {p.claim.metric}" if with_arms else "")
+    if p.judgement is None:
+        return f"{where}: not judged ({p.not_judged})"
+    j = p.judgement
+    return f"{where}: {_signed(j.effect)} {_interval(j)}, MDE {j.minimum_detectable_effect:.3f}, {j.verdict}"
+
+
+def index_table(parts_by_study: dict[str, list[Part]]) -> str:
+    header = ["method", "claim", "verdict (the rule)", "parts: effect [95 % interval], MDE, verdict", "before", "page"]
+    lines = [_row(header), "|" + "---|" * len(header)]
+    for study_name, parts in parts_by_study.items():
+        page = PAGES[study_name]
+        groups: dict[str, list[Part]] = {}
+        for p in parts:
+            groups.setdefault(claim_group(p.claim), []).append(p)
+        for group, members in groups.items():
+            with_arms = len({(p.claim.arm, p.baseline, p.claim.metric) for p in members}) > 1
+            summary = "; ".join(_part_summary(p, with_arms) for p in members)
+            cells = [
+                page.label,
+                group,
+                group_verdict(members),
+                summary,
+                PREVIOUS_VERDICTS.get(group, "-"),
+                f"[{study_name}]({Path(page.path).name})",
+            ]
+            lines.append(_row(cells))
+    return "\n".join(lines)
+
+
+def method_summary(parts: list[Part], summary: MethodSummary) -> str:
+    groups: dict[str, list[Part]] = {}
+    for p in parts:
+        if summary.select(p.claim):
+            groups.setdefault(claim_group(p.claim), []).append(p)
+    seeds = sorted({p.judgement.num_seeds for members in groups.values() for p in members if p.judgement})
+    lines = [
+        (
+            f"Verdicts of the rule, at {' or '.join(map(str, seeds)) or 'no'} seeds and this scale (the intervals, "
+            "the minimum detectable effects and the caveats are on the evidence page):"
+        ),
+        "",
+    ]
+    lines += [f"- {group}: {group_verdict(members)}" for group, members in groups.items()]
+    return "\n".join(lines)
+
+
+def commands_block(settings_records: dict[str, list[dict]]) -> str:
+    """Per setting: every command that produced its runs (with the number of runs), and the wall time per task."""
+    lines = []
+    for setting, records in settings_records.items():
+        commands: dict[str, int] = {}
+        for r in records:
+            commands[r.get("command", "")] = commands.get(r.get("command", ""), 0) + 1
+        lines += [f"Setting `{setting}`:", "", "```text"]
+        lines += [f"{command}   # {n} run{'s' * (n > 1)}" for command, n in commands.items()]
+        lines += ["```", "", "| task | runs | wall s per run (min – max) | wall minutes (sum) |", "|---|---|---|---|"]
+        for task in dict.fromkeys(r["task"] for r in records):
+            walls = [r["wall_seconds"] for r in records if r["task"] == task and r.get("wall_seconds") is not None]
+            if walls:
+                lines.append(
+                    _row([task, str(len(walls)), f"{min(walls):.0f} – {max(walls):.0f}", f"{sum(walls) / 60:.0f}"])
+                )
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+# ---------------------------------------------------------------- pages
+def render_study(name: str, root: Path) -> tuple[dict[str, str], list[Part]]:
+    """The blocks of one study's page (block id -> markdown) and its judged claims."""
+    from . import get_study
+
+    page, study = PAGES[name], get_study(name)
+    blocks, parts, by_setting = {}, [], {}
+    for setting in page.settings:
+        records = setting_records(study, setting, root)
+        # the commands and wall times of the runs made in this setting (an untrained arm's runs are listed where
+        # their sizes match, not again under every setting that shows them)
+        by_setting[setting.name] = [
+            r
+            for r in records
+            if not r["arm"].startswith(TRIVIAL_PREFIX)
+            and all((r.get("sizes") or {}).get(k) == v for k, v in setting.match.items())
+        ]
+        for task in _tasks(study, records):
+            rows = [r for r in records if r["task"] == task]
+            prefix = f"{name}:{setting.name}:{task}"
+            blocks[f"{prefix}:pass_at_k"] = pass_at_k_table(study, page, rows)
+            blocks[f"{prefix}:seeds"] = seeds_table(page, rows)
+            if page.extra_blocks is not None:
+                for suffix, text in page.extra_blocks(page, setting, task, rows).items():
+                    blocks[f"{prefix}:{suffix}"] = text
+        parts += judge_parts(name, study, setting, records)
+    blocks[f"{name}:claims"] = claims_table(parts)
+    blocks[f"{name}:commands"] = commands_block(by_setting)
+    return blocks, parts
+
+
+_BLOCK = re.compile(
+    r"^(?P<indent>[ \t]*)<!-- rendered: (?P<id>\S+) -->\n(?P<body>.*?)^(?P=indent)<!-- end rendered -->$",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+def fill(text: str, blocks: dict[str, str], where: str = "page") -> str:
+    """``text`` with every rendered block replaced by ``blocks[id]`` (indented like its marker). Every marker must have
+    a block, and, when ``blocks`` are a page's own, every block a marker."""
+    seen = []
+
+    def replace(match: re.Match) -> str:
+        block_id, indent = match["id"], match["indent"]
+        if block_id not in blocks:
+            raise ValueError(f"{where}: no rendered block {block_id!r} (known: {sorted(blocks)}).")
+        seen.append(block_id)
+        body = "\n".join(indent + line if line else line for line in blocks[block_id].split("\n"))
+        return f"{indent}<!-- rendered: {block_id} -->\n{body}\n{indent}<!-- end rendered -->"
+
+    out = _BLOCK.sub(replace, text)
+    repeated = sorted({b for b in seen if seen.count(b) > 1})
+    if repeated:
+        raise ValueError(f"{where}: blocks {repeated} are placed more than once.")
+    return out
+
+
+def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict[str, str]:
+    """Every page the studies ``names`` (default: all) render, as ``{path relative to root: new text}``: their evidence
+    pages, the method pages that summarise them and the index (which shows every study, so it is always rendered)."""
+    root = Path(root)
+    names = list(PAGES) if names is None else names
+    unknown = sorted(set(names) - set(PAGES))
+    if unknown:
+        raise ValueError(f"Unknown studies {unknown}: choose from {sorted(PAGES)}.")
+    out, all_parts = {}, {}
+    for name, page in PAGES.items():  # every study's claims: the index needs them all
+        blocks, parts = render_study(name, root)
+        all_parts[name] = parts
+        if name in names:
+            path = page.path
+            text = (root / path).read_text()
+            missing = sorted(set(blocks) - set(_BLOCK_IDS.findall(text)))
+            if missing:
+                raise ValueError(f"{path}: place these rendered blocks: {missing}.")
+            out[path] = fill(text, blocks, path)
+    out[INDEX] = fill((root / INDEX).read_text(), {"index:verdicts": index_table(all_parts)}, INDEX)
+    for summary in METHOD_SUMMARIES:
+        if summary.study in names:
+            text = (root / summary.path).read_text()
+            block = {f"evidence:{summary.study}": method_summary(all_parts[summary.study], summary)}
+            out[summary.path] = fill(text, block, summary.path)
+    return out
+
+
+_BLOCK_IDS = re.compile(r"<!-- rendered: (\S+) -->")
+
+
+def stale_pages(root: str | Path = ".", names: list[str] | None = None) -> list[str]:
+    """The pages whose committed text differs from what their records render."""
+    root = Path(root)
+    return [path for path, text in render_pages(root, names).items() if (root / path).read_text() != text]
