@@ -2,9 +2,13 @@
 the LM head, with the weights forced to 1 the run is stock TRL to the bit (rollouts reused: num_iterations=2), with
 NSR it composes, with the released settings it changes the update, and the config refuses what it cannot do."""
 
+from contextlib import nullcontext
+
 import pytest
 import torch
+import trl
 from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
+from packaging.version import Version
 from test_grpo_trainer import _assert_same_run, _step_logs, _train
 from trl import GRPOConfig, GRPOTrainer
 
@@ -77,7 +81,11 @@ def test_the_captured_hidden_states_are_the_lm_head_inputs(tiny_model_path, tmp_
     input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
     attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
     k = output["completion_ids"].size(1)
-    with torch.no_grad(), trainer.accelerator.autocast():  # as TRL's forward runs (bf16 autocast if bf16=True)
+    trainer.model.eval()  # DelTA's pass runs without dropout
+    # as TRL's forward runs: TRL 1.15+ scores under the accelerator's autocast (bf16 where its config asks for it),
+    # TRL 1.14's full-logits path without it (its default bf16=True then leaves the scoring pass in float32)
+    autocast = trainer.accelerator.autocast() if Version(trl.__version__) >= Version("1.15") else nullcontext()
+    with torch.no_grad(), autocast:
         reference = trainer.model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True)
         logps, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, attention_mask, k)
     torch.testing.assert_close(seen["hidden"], reference.hidden_states[-1][:, -k - 1 : -1], rtol=0, atol=0)

@@ -11,7 +11,8 @@
 #
 # The subset, on every version: tests/test_trl_copies.py (copies == TRL source, re-apply tool, override signatures),
 # the stock-equivalence tests (GRPO: clip_recovery="none", the NSR path without clipping, ACPO with a forced width and
-# the off-policy diagnostics against stock TRL; DPO: importance_sampling off), and IS-DPO's exact loss and the behaviour scorer. TRL 1.15.0's fused LM head is Triton-only: the runs load
+# the off-policy diagnostics against stock TRL, DelTA's hidden-state path with its weights forced to 1 against stock
+# TRL and its captured hidden states against the LM head's inputs; DPO: importance_sampling off), and IS-DPO's exact loss and the behaviour scorer. TRL 1.15.0's fused LM head is Triton-only: the runs load
 # cpu_fused_head.py, which (only where that kernel is missing) gives TRL 1.15 the PyTorch kernel of TRL 1.16, for
 # stock TRL and our trainers alike.
 set -euo pipefail
@@ -29,6 +30,8 @@ TESTS=(
     tests/test_acpo_trainer.py::test_acpo_with_a_forced_width_is_stock_trl_with_that_epsilon
     tests/test_acpo_trainer.py::test_acpo_with_a_huge_min_bound_is_stock_trl_with_the_same_wide_epsilon
     tests/test_off_policy.py::test_diagnostics_leave_stock_trl_unchanged_and_log_what_they_measure
+    tests/test_delta_trainer.py::test_delta_with_the_weights_forced_to_one_is_stock_trl
+    tests/test_delta_trainer.py::test_the_captured_hidden_states_are_the_lm_head_inputs
     tests/test_dpo_trainer.py::test_importance_sampling_off_is_stock_dpo
     tests/test_dpo_trainer.py::test_loss_is_weighted_mean_of_stock_per_pair_losses
     tests/test_dpo_trainer.py::test_scorer_reproduces_trl_precomputed_reference_logps
