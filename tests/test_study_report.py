@@ -1,6 +1,7 @@
 """The evidence pages are rendered from their records (`trl_rlvr_ext.studies.report`): every committed page equals
 what its records render, and the renderer does what it says on small synthetic records with a known answer."""
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -64,7 +65,11 @@ def _record(arm, seed, num_correct, task="toy", num_samples=8, sizes=None, **ext
 
 def _write(root: Path, path: str, records: list[dict]) -> None:
     (root / path).parent.mkdir(parents=True, exist_ok=True)
-    (root / path).write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    if path.endswith(".gz"):
+        (root / path).write_bytes(gzip.compress(text.encode()))
+    else:
+        (root / path).write_text(text)
 
 
 NSR_SIZES = {"learning_rate": 3e-4}
@@ -89,7 +94,8 @@ def test_synthetic_records_render_and_judge_as_constructed(tmp_path):
     rng = np.random.default_rng(0)
     path = PAGES["nsr"].settings[0].records[0]
     _write(tmp_path, path, _nsr_records(rng, effect_problems=30))
-    _write(tmp_path, PAGES["nsr"].settings[1].records[0], [])
+    for other in PAGES["nsr"].settings[1:]:
+        _write(tmp_path, other.records[0], [])
     blocks, parts = render_study("nsr", tmp_path)
     assert [(p.claim.arm, p.claim.baseline, p.task) for p in parts] == [("nsr", "none", "toy")]  # no nsr_expected
     judgement = parts[0].judgement

@@ -83,17 +83,25 @@ def test_claims_and_pairing_are_checked():
     assert minimum_detectable_effect(0.01) == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-5)
 
 
-def test_the_seed_t_cross_check_and_the_metric_k():
-    """The t interval over seeds is wider than the bootstrap's at 3 seeds (what the pages warn of), and centred on the
-    mean per-seed difference; a claim's k is read from its metric."""
-    from trl_rlvr_ext.studies.verdicts import seed_t_interval
+def test_the_rule_reads_the_hull_of_the_bootstrap_and_seed_t_intervals_and_the_metric_k():
+    """The t interval over seeds is wider than the bootstrap's at 3 seeds, and centred on the mean per-seed
+    difference; the decision interval is the hull of both, so a verdict the bootstrap alone would give can fall to
+    inconclusive; a claim's k is read from its metric."""
+    from trl_rlvr_ext.studies.verdicts import seed_t_detectable_effect, seed_t_interval
 
     differences = np.array([[0.0] * 10, [0.1] * 10, [0.2] * 10])
     low, high = seed_t_interval(differences)
     assert (low + high) / 2 == pytest.approx(0.1)
     assert high - 0.1 == pytest.approx(4.303 * 0.1 / np.sqrt(3), rel=1e-3)  # t_{0.975, 2} * sd / sqrt(n)
     judgement = judge(CLAIM, {s: differences[s] for s in range(3)}, {s: np.zeros(10) for s in range(3)})
-    assert judgement.seed_t_low < judgement.low and judgement.high < judgement.seed_t_high
+    assert judgement.seed_t_low < judgement.bootstrap_low and judgement.bootstrap_high < judgement.seed_t_high
+    assert (judgement.low, judgement.high) == (judgement.seed_t_low, judgement.seed_t_high)  # here the hull is t's
+    # the bootstrap alone excludes 0 (every resample of these seeds has a mean >= 0, most > 0) ...
+    assert judgement.bootstrap_low >= 0
+    # ... but the seed-level interval does not (sd 0.1 over 3 seeds): the rule says inconclusive, not reproduced
+    assert judgement.low < 0 and judgement.verdict == "inconclusive"
+    assert judgement.minimum_detectable_effect == pytest.approx(seed_t_detectable_effect(differences))
+    assert seed_t_detectable_effect(differences) == pytest.approx((4.303 + 0.8416) * 0.1 / np.sqrt(3), rel=1e-3)
     assert Claim("c", "a", "b", "pass@256", smallest_effect=0.1).k == 256
     with pytest.raises(ValueError, match="not 'pass@<k>'"):
         _ = Claim("c", "a", "b", "greedy", smallest_effect=0.1).k

@@ -4,6 +4,7 @@
     trl-rlvr-ext study self --quick --tasks toy        # a smoke run in seconds; its numbers mean nothing
     trl-rlvr-ext study self --tasks 'reasoning_gym:count_bits?max_n=63'   # a study on your own task
     trl-rlvr-ext study report self [--check]           # render docs/evidence/self.md from its records
+    trl-rlvr-ext study export nsr outputs/studies/nsr docs/evidence/data/nsr/lr3e-4.jsonl   # runs -> records
 
 Finished runs (``<out_dir>/<task>/<arm>/seed<k>/result.json``) are loaded, not redone. ``study report`` renders the
 evidence pages' tables, intervals and verdicts from the committed records (`trl_rlvr_ext.studies.report`).
@@ -87,6 +88,26 @@ def make_report_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def export_main(argv: list[str]) -> int:
+    """``trl-rlvr-ext study export <name> <out_dir> <records.jsonl>``: a study's finished runs as its JSONL records."""
+    from ..studies import STUDIES, get_study
+    from ..studies.records import export_records
+
+    parser = argparse.ArgumentParser(
+        prog="trl-rlvr-ext study export",
+        description="Write every finished run (<task>/<arm>/seed<k>/result.json) under a study's --out_dir to a JSONL "
+        "records file (replaced), one run per line, ordered by task, the study's arm order and seed. The evidence "
+        "pages render from these files (trl-rlvr-ext study report).",
+    )
+    parser.add_argument("name", choices=sorted(STUDIES), help="The study (for its arm order).")
+    parser.add_argument("out_dir", help="The study's output folder.")
+    parser.add_argument("records", help="The JSONL file to write, e.g. docs/evidence/data/nsr/updates16.jsonl.")
+    args = parser.parse_args(argv)
+    count = export_records(args.out_dir, args.records, arm_order=list(get_study(args.name).arms))
+    print(f"{count} records: {args.records}")
+    return 0
+
+
 def report_main(argv: list[str]) -> int:
     from pathlib import Path
 
@@ -116,6 +137,8 @@ def cli_main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["report"]:  # not a study's name: `study <name>` is unchanged
         return report_main(argv[1:])
+    if argv[:1] == ["export"]:
+        return export_main(argv[1:])
     args = make_parser().parse_args(argv)
     try:
         seeds = [int(s) for s in _list(args.seeds)]

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..evaluation.pass_at_k import pass_at_k
+from .records import read_records_text
 from .runner import Column, _mean_sd
 from .verdicts import Claim, Judgement, judge
 
@@ -41,7 +42,7 @@ TRIVIAL_PREFIX = "trivial"
 
 
 @dataclasses.dataclass(frozen=True)
-class Setting:
+class PageSetting:
     """One setting of a study's page: the records files it reads and the sizes its trained runs share (``match``:
     `StudySizes` field -> value). Untrained arms (the base, trivial policies) do not depend on the training sizes and
     belong to every setting (a record whose sizes match is preferred)."""
@@ -60,7 +61,7 @@ class Page:
 
     study: str
     path: str
-    settings: tuple[Setting, ...]
+    settings: tuple[PageSetting, ...]
     label: str
     columns: tuple[Column, ...] = ()
     extra_blocks: Callable | None = None
@@ -82,7 +83,7 @@ def _last(key: str) -> Callable[[dict], float | None]:
     return value
 
 
-def frontier_block(page: "Page", setting: Setting, task: str, records: list[dict]) -> dict[str, str]:
+def frontier_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
     """The is_dpo frontier, every measured point: per arm and step, KL(π_θ‖π_ref) and greedy accuracy of each seed."""
     lines = [
         "| arm | step | KL per seed | greedy accuracy per seed | pass@1 (4 samples) per seed |",
@@ -128,8 +129,8 @@ PAGES = {
         "self",
         "docs/evidence/self.md",
         (
-            Setting("main", "lr 5e-5, 100 steps", _SELF_RECORDS, {"max_steps": 100, "learning_rate": 5e-5}),
-            Setting(
+            PageSetting("main", "lr 5e-5, 100 steps", _SELF_RECORDS, {"max_steps": 100, "learning_rate": 5e-5}),
+            PageSetting(
                 "provoke",
                 "lr 2e-4, 200 steps",
                 _SELF_RECORDS,
@@ -144,8 +145,21 @@ PAGES = {
         "nsr",
         "docs/evidence/nsr.md",
         (
-            Setting("lr3e-4", "lr 3e-4", ("docs/evidence/data/nsr/lr3e-4.jsonl",), {"learning_rate": 3e-4}),
-            Setting(
+            PageSetting("lr3e-4", "lr 3e-4", ("docs/evidence/data/nsr/lr3e-4.jsonl",), {"learning_rate": 3e-4}),
+            # the ACPO / DelTA extension: ACPO's two regimes, pre-registered in nsr_study (fresh seeds 10-14)
+            PageSetting(
+                "updates16",
+                "16 updates per rollout, lr 3e-4",
+                ("docs/evidence/data/nsr/updates16.jsonl.gz",),
+                {"steps_per_generation": 8},
+            ),
+            PageSetting(
+                "updates2",
+                "2 updates per rollout, lr 3e-4",
+                ("docs/evidence/data/nsr/updates2.jsonl.gz",),
+                {"steps_per_generation": 2},
+            ),
+            PageSetting(
                 "lr1e-4",
                 "lr 1e-4",
                 ("docs/evidence/data/nsr/lr1e-4.jsonl",),
@@ -161,7 +175,7 @@ PAGES = {
         "is_dpo",
         "docs/evidence/is_dpo.md",
         (
-            Setting(
+            PageSetting(
                 "main",
                 "lr 3e-5, 120 steps",
                 ("docs/evidence/data/is_dpo.jsonl",),
@@ -181,7 +195,7 @@ PAGES = {
     "lora_init": Page(
         "lora_init",
         "docs/evidence/lora_init.md",
-        (Setting("main", "60 steps, each method's rate sweep", ("docs/evidence/data/lora_init.jsonl",)),),
+        (PageSetting("main", "60 steps, each method's rate sweep", ("docs/evidence/data/lora_init.jsonl",)),),
         "RLPO / RLMO",
         columns=(Column("final / first reward (collapse below 0.5)", _reward_ratio(_lora_final_reward), 3),),
     ),
@@ -199,7 +213,9 @@ class MethodSummary:
 
 
 METHOD_SUMMARIES = (
-    MethodSummary("docs/methods/nsr.md", "nsr"),
+    MethodSummary("docs/methods/nsr.md", "nsr", lambda c: c.arm in ("nsr", "acpo_nsr")),
+    MethodSummary("docs/methods/acpo.md", "nsr", lambda c: c.arm in ("acpo", "acpo_nsr")),
+    MethodSummary("docs/methods/delta.md", "nsr", lambda c: c.arm == "delta"),
     MethodSummary("docs/methods/is_dpo.md", "is_dpo"),
     MethodSummary("docs/methods/lora_init.md", "lora_init"),
     MethodSummary("docs/methods/self_curation.md", "self", lambda c: "pass_rate" not in (c.arm, c.baseline)),
@@ -228,7 +244,7 @@ def load_records(path: str | Path) -> list[dict]:
     """The records of a JSONL file (one run per line); ``num_correct`` as a list of ints (it may be stored as a JSON
     string of the list)."""
     records = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for number, line in enumerate(read_records_text(path).splitlines(), 1):
         if not line.strip():
             continue
         record = json.loads(line)
@@ -259,7 +275,7 @@ def _evaluates(record: dict, study_name: str) -> bool:
     return studies is None or study_name in studies
 
 
-def setting_records(study, setting: Setting, root: Path) -> list[dict]:
+def setting_records(study, setting: PageSetting, root: Path) -> list[dict]:
     """The runs of one setting: trained runs whose sizes match, and one record per (task, arm, seed) of the untrained
     arms (the base; trivial policies from `TRIVIAL_RECORDS`, when it exists), for the tasks the setting trained on."""
     records = [r for path in setting.records for r in load_records(root / path)]
@@ -385,7 +401,7 @@ class Part:
 
     study: str
     claim: Claim
-    setting: Setting
+    setting: PageSetting
     task: str
     baseline: str
     judgement: Judgement | None
@@ -416,7 +432,7 @@ def _strongest_trivial(records: list[dict], task: str, k: int) -> list[str]:
     return [max(scores, key=scores.get)] if scores else []
 
 
-def judge_parts(study_name: str, study, setting: Setting, records: list[dict]) -> list[Part]:
+def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict]) -> list[Part]:
     """Every claim of the study on every task of the setting where its arms ran (a claim's ``tasks`` / ``settings``
     restrict it). A baseline ``"trivial*"`` is the task's strongest trivial policy at the claim's k; a trivial-policy
     baseline with one record is paired with every seed of the arm (it does not train)."""
@@ -477,7 +493,7 @@ def claims_table(parts: list[Part]) -> str:
         "where (seeds × problems)",
         "arm − baseline, metric",
         "effect [95 % interval]",
-        "seed t interval (cross-check)",
+        "bootstrap / seed t",
         "MDE",
         "effect to exclude",
         "verdict",
@@ -494,7 +510,10 @@ def claims_table(parts: list[Part]) -> str:
         else:
             cells += [
                 f"{_signed(j.effect)} {_interval(j)}",
-                f"[{_signed(j.seed_t_low)}, {_signed(j.seed_t_high)}]",
+                (
+                    f"[{_signed(j.bootstrap_low)}, {_signed(j.bootstrap_high)}] / "
+                    f"[{_signed(j.seed_t_low)}, {_signed(j.seed_t_high)}]"
+                ),
                 f"{j.minimum_detectable_effect:.3f}",
                 exclude,
                 f"**{j.verdict}**",
@@ -517,19 +536,20 @@ def claims_table(parts: list[Part]) -> str:
             f"- *{claim.name}*: {claim.reason}." + (f" Exploratory, {claim.exploratory}." if claim.exploratory else "")
         )
     for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory}.values():
-        lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory, {setting.exploratory}.")
+        lines.append(f"- PageSetting `{setting.name}` ({setting.label}) is exploratory, {setting.exploratory}.")
     lines += [
         "",
         (
             f"The rule (`trl_rlvr_ext/studies/verdicts.py`): **reproduced** if the interval excludes 0 in the claimed "
             f"direction, **not reproduced** if it excludes the effect to exclude, else **inconclusive**. The interval is "
-            f"a hierarchical bootstrap ({NUM_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}): seeds with replacement, then "
-            "problems with replacement within each drawn seed, of the per-problem paired difference (same seeds, same "
-            "problems). MDE: the effect this design detects with 80 % power, 2.80 × the bootstrap's standard error. "
-            "The seed t interval (per-seed mean differences, Student's t with seeds − 1 degrees of freedom) is a "
-            "cross-check, not the rule: with 3 seeds the bootstrap's seed level has 10 distinct resamples and no "
-            "small-sample factor, so it is narrower; where the t interval crosses a bound the bootstrap excludes, read the "
-            "verdict as fragile."
+            "the hull of two 95 % intervals of the per-problem paired difference (same seeds, same problems), both "
+            f"shown: a hierarchical bootstrap ({NUM_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}; seeds with "
+            "replacement, then problems with replacement within each drawn seed) and a t interval over the per-seed "
+            "mean differences (Student's t, seeds − 1 degrees of freedom). With 3-5 seeds the bootstrap alone is too "
+            "narrow at the seed level (3 seeds have 10 distinct resamples, and it has no small-sample factor), and the "
+            "t interval alone ignores the finite problem set: a verdict must hold under both. MDE: the effect this "
+            "design detects with 80 % power, the larger of 2.80 × the bootstrap's standard error and "
+            "(t + 0.84) × the seed means' standard error."
         ),
     ]
     return "\n".join(lines)
@@ -622,7 +642,7 @@ def commands_block(settings_records: dict[str, list[dict]]) -> str:
         commands: dict[str, int] = {}
         for r in records:
             commands[r.get("command", "")] = commands.get(r.get("command", ""), 0) + 1
-        lines += [f"Setting `{setting}`:", "", "```text"]
+        lines += [f"PageSetting `{setting}`:", "", "```text"]
         lines += [f"{command}   # {n} run{'s' * (n > 1)}" for command, n in commands.items()]
         lines += ["```", "", "| task | runs | wall s per run (min – max) | wall minutes (sum) |", "|---|---|---|---|"]
         for task in dict.fromkeys(r["task"] for r in records):

@@ -1,0 +1,40 @@
+"""`trl-rlvr-ext study export`: a study's finished runs become its JSONL records, read back by the report."""
+
+import json
+
+import pytest
+
+from trl_rlvr_ext.studies.records import export_records, read_records_text
+from trl_rlvr_ext.studies.report import load_records
+
+
+def _run(out, task, arm, seed, quick=False):
+    path = out / task / arm / f"seed{seed}" / "result.json"
+    path.parent.mkdir(parents=True)
+    result = {"task": task, "arm": arm, "seed": seed, "quick": quick, "num_correct": [1, 0], "num_samples": 2}
+    path.write_text(json.dumps(result, indent=1))
+
+
+@pytest.mark.parametrize("name", ["records.jsonl", "records.jsonl.gz"])
+def test_export_orders_by_task_arm_order_and_seed_and_reads_back(tmp_path, name):
+    out = tmp_path / "runs"
+    for task, arm, seed in [("toy", "nsr", 11), ("toy", "none", 11), ("toy", "nsr", 10), ("a", "zeta", 10)]:
+        _run(out, task, arm, seed)
+    path = tmp_path / name
+    assert export_records(out, path, arm_order=["none", "nsr"]) == 4
+    order = [(r["task"], r["arm"], r["seed"]) for r in load_records(path)]
+    # tasks by name, then the study's arm order, then seeds; an arm the order does not name comes last
+    assert order == [("a", "zeta", 10), ("toy", "none", 11), ("toy", "nsr", 10), ("toy", "nsr", 11)]
+    first = path.read_bytes()
+    export_records(out, path, arm_order=["none", "nsr"])
+    assert path.read_bytes() == first  # the same runs give the same bytes (gzip without a timestamp)
+    assert read_records_text(path).count("\n") == 4 and (path.suffix == ".gz") == (first[:2] == b"\x1f\x8b")
+
+
+def test_export_refuses_quick_runs_and_an_empty_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No finished run"):
+        export_records(tmp_path, tmp_path / "r.jsonl")
+    _run(tmp_path / "runs", "toy", "none", 0, quick=True)
+    with pytest.raises(ValueError, match=r"1 quick \(smoke\) runs .* toy/none/seed0: not records"):
+        export_records(tmp_path / "runs", tmp_path / "r.jsonl")
+    assert not (tmp_path / "r.jsonl").exists()

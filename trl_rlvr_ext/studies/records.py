@@ -1,0 +1,46 @@
+"""A study's records: every finished run of an output folder, one JSON object per line (``docs/evidence/data/``).
+
+`export_records` collects the ``result.json`` of every finished (task, arm, seed) under a study's ``--out_dir`` into a
+JSONL file, in a stable order (task, then the study's arm order, then seed), compact, one run per line. A run is its
+own record, unchanged: the command that started it, its rerun command, its training log and its per-problem counts, so
+that the pages render from these lines alone (`trl_rlvr_ext.studies.report`). Quick (smoke) runs are refused: their
+numbers mean nothing. A path ending in ``.gz`` is gzip-compressed (a run that logs the off-policy diagnostics every
+step is about 130 KB of JSON, a fifth of that compressed); `read_records_text` reads either.
+"""
+
+import gzip
+import json
+from pathlib import Path
+
+
+def collect_results(out_dir: str | Path) -> list[dict]:
+    """Every ``<task>/<arm>/seed<k>/result.json`` under ``out_dir``, as dicts."""
+    paths = sorted(Path(out_dir).glob("*/*/seed*/result.json"))
+    if not paths:
+        raise FileNotFoundError(f"No finished run (<task>/<arm>/seed<k>/result.json) under {str(out_dir)!r}.")
+    return [json.loads(path.read_text()) for path in paths]
+
+
+def export_records(out_dir: str | Path, path: str | Path, arm_order: list[str] | None = None) -> int:
+    """Write the finished runs of ``out_dir`` to the JSONL file ``path`` (replaced); returns the number of records.
+    ``arm_order`` (the study's arms) orders the arms within a task; arms it does not name come after, by name."""
+    results = collect_results(out_dir)
+    quick = sorted({f"{r['task']}/{r['arm']}/seed{r['seed']}" for r in results if r.get("quick")})
+    if quick:
+        raise ValueError(f"{len(quick)} quick (smoke) runs under {str(out_dir)!r}, e.g. {quick[0]}: not records.")
+    rank = {arm: i for i, arm in enumerate(arm_order or [])}
+    results.sort(key=lambda r: (r["task"], rank.get(r["arm"], len(rank)), r["arm"], r["seed"]))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps(r, separators=(",", ":"), default=float) + "\n" for r in results)
+    tmp = path.with_name(path.name + ".tmp")
+    # mtime=0: the same runs give the same bytes (a committed file changes only when its records do)
+    tmp.write_bytes(gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text.encode())
+    tmp.replace(path)
+    return len(results)
+
+
+def read_records_text(path: str | Path) -> str:
+    """The text of a records file, gzip-compressed (``.gz``) or not."""
+    path = Path(path)
+    return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
