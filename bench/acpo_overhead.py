@@ -68,7 +68,8 @@ def acpo_work(model_path: str, out_dir: str, repeats: int, **trainer_options) ->
         def fn():
             for name, value in {**grpo_overhead._OFF, **grpo_overhead.ARM_OPTIONS[variant]}.items():
                 setattr(trainer.args, name, value)
-            loss, state = trainer._clip_objective_loss(ratio, advantages, logps, mask)
+            # no DelTA here: the inputs (where its weights travel) are not read
+            loss, state = trainer._clip_objective_loss(ratio, advantages, logps, mask, {})
             trainer._log_clip_objective("train", state, mask, global_masked_mean)
             return loss
 

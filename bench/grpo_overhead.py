@@ -52,6 +52,7 @@ ARM_OPTIONS = {
     "acpo_nsr": {"adaptive_clip": "acpo", "clip_recovery": "nsr"},
     "diag": {"off_policy_diagnostics": True},
     "acpo_diag": {"adaptive_clip": "acpo", "off_policy_diagnostics": True},
+    "delta": {"token_credit": "delta"},  # bench/delta_overhead.py
 }
 _OFF = {"clip_recovery": "none", "adaptive_clip": "none", "off_policy_diagnostics": False}
 
@@ -179,11 +180,12 @@ def loss_path_ratios(
     return {"ratios": ratios, "extra_seconds": extra, "stock_seconds": stock_median}
 
 
-def main(arms: tuple[str, ...] = ARMS, name: str = "NSR", doc: str = __doc__):
+def common_parser(doc: str, rounds: int, steps: int, repeats: int) -> argparse.ArgumentParser:
+    """The options every step-time benchmark here shares (bench/acpo_overhead.py, bench/delta_overhead.py too)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--hidden", type=int, default=64, help="tiny model's hidden size (--shape tiny)")
     parser.add_argument("--layers", type=int, default=4, help="tiny model's layers (--shape tiny)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
@@ -197,7 +199,11 @@ def main(arms: tuple[str, ...] = ARMS, name: str = "NSR", doc: str = __doc__):
     parser.add_argument("--shape", choices=["tiny", *SHAPES], default="tiny", help="tiny: --hidden x --layers")
     parser.add_argument("--completion-length", type=int, default=16)
     parser.add_argument("--batch", type=int, default=32, help="completions per step (groups of 8)")
-    args = parser.parse_args()
+    return parser
+
+
+def setup(parser: argparse.ArgumentParser, args, tmp: str) -> tuple[dict, str, str]:
+    """Threads and device checked, the trainer options, and the model saved under ``tmp``: (options, path, shape)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -209,10 +215,6 @@ def main(arms: tuple[str, ...] = ARMS, name: str = "NSR", doc: str = __doc__):
         "completion_length": args.completion_length,
         "batch": args.batch,
     }
-
-    # kept until the caller is done with the model (bench/acpo_overhead.py times more on it)
-    tmp_dir = tempfile.TemporaryDirectory()
-    tmp = tmp_dir.name
     if args.shape == "tiny":
         model_path = save_tiny_model(
             os.path.join(tmp, "model"),
@@ -220,11 +222,28 @@ def main(arms: tuple[str, ...] = ARMS, name: str = "NSR", doc: str = __doc__):
             intermediate_size=4 * args.hidden,
             num_hidden_layers=args.layers,
         )
-        shape = f"tiny Qwen2, hidden {args.hidden} x {args.layers} layers"
-    else:
-        weights = "bf16" if args.dtype == "bf16" else "float32"
-        model_path = save_shaped_model(os.path.join(tmp, "model"), args.shape, weights, device=args.device)
-        shape = args.shape
+        return options, model_path, f"tiny Qwen2, hidden {args.hidden} x {args.layers} layers"
+    weights = "bf16" if args.dtype == "bf16" else "float32"
+    return options, save_shaped_model(os.path.join(tmp, "model"), args.shape, weights, device=args.device), args.shape
+
+
+def main(arms: tuple[str, ...] = ARMS, name: str = "NSR", doc: str = __doc__):
+    parser = common_parser(doc, rounds=5, steps=10, repeats=30)
+    parser.add_argument(
+        "--arms",
+        default=None,
+        help=f"comma-separated subset of {', '.join(arms[1:])} (stock always runs); default all",
+    )
+    args = parser.parse_args()
+    if args.arms:
+        unknown = set(args.arms.split(",")) - set(arms[1:])
+        if unknown:
+            parser.error(f"--arms: unknown {sorted(unknown)}; choose among {', '.join(arms[1:])}.")
+        arms = (arms[0], *(arm for arm in arms[1:] if arm in args.arms.split(",")))
+    # kept until the caller is done with the model (bench/acpo_overhead.py times more on it)
+    tmp_dir = tempfile.TemporaryDirectory()
+    tmp = tmp_dir.name
+    options, model_path, shape = setup(parser, args, tmp)
     loss = loss_path_ratios(model_path, os.path.join(tmp, "loss"), args.repeats, arms, **options)
 
     step_ratio = {arm: [] for arm in arms[1:]}

@@ -49,6 +49,9 @@ DDP_CASES = (
     "self",
     "pass_rate",
     "dynamic_sampling",
+    "acpo",  # + off-policy diagnostics
+    "delta",
+    "acpo_nsr_delta",  # ACPO (per-rank statistics) + NSR + DelTA
     "eval_callbacks",
     "isdpo",
     "resume_uninterrupted",  # NSR + pass-rate curation + dynamic sampling together, 4 steps
@@ -197,6 +200,25 @@ def test_nsr_clip_was_active(launches, mode):
         assert max(log["clip_ratio/region_mean"] for log in logs) > 0, f"{mode} {case}: clip never active"
         rescued = max(log["clip_recovery/low_frac"] + log["clip_recovery/high_frac"] for log in logs)
         assert rescued > 0, f"{mode} {case}: nothing rescued: the case is void"
+
+
+@pytest.mark.parametrize("mode", ALL_SHARDED)
+def test_acpo_and_delta_acted(launches, mode):
+    """The cases are not void: ACPO's bounds moved off the base width and clipped, several bins were filled, the
+    diagnostics saw the ratios move, DelTA's weights spread (mean 1), and NSR rescued past ACPO's bounds."""
+    acpo = launches.case(mode, "acpo")[0]["logs"]
+    assert max(log["adaptive_clip/clip_ratio_low"] + log["adaptive_clip/clip_ratio_high"] for log in acpo) > 0
+    assert max(log["adaptive_clip/ratio_std_bin0"] for log in acpo) > 0.1
+    assert any(sum(k.startswith("adaptive_clip/bound_bin") for k in log) > 1 for log in acpo), "one bin only"
+    assert acpo[-1]["off_policy/ratio_p99"] > 1 > acpo[-1]["off_policy/ratio_p1"]
+    assert acpo[-1]["off_policy/update_index"] == 1
+    for case in ("delta", "acpo_nsr_delta"):
+        logs = launches.case(mode, case)[0]["logs"]
+        assert logs[0]["token_credit/weight_std"] > 0.01, f"{mode} {case}: DelTA's weights are all equal"
+        assert logs[0]["token_credit/weight_mean"] == pytest.approx(1.0, abs=1e-5)
+    combined = launches.case(mode, "acpo_nsr_delta")[0]["logs"]
+    assert max(log["clip_recovery/low_frac"] + log["clip_recovery/high_frac"] for log in combined) > 0
+    assert max(log["adaptive_clip/clip_ratio_low"] + log["adaptive_clip/clip_ratio_high"] for log in combined) > 0
 
 
 @pytest.mark.parametrize("mode", ALL_SHARDED)

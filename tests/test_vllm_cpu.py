@@ -247,6 +247,29 @@ def test_nsr_expected_colocate_bf16(vllm_runs):
 
 @pytest.mark.slow
 @pytest.mark.distributed
+def test_acpo_colocate_fp32(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "acpo")
+    _assert_fresh(result["gaps"], FP32_GAP, "acpo")
+    records = result["records"]
+    assert all("adaptive_clip/token_frac_bin0" in r and "off_policy/ratio_p50" in r for r in records)
+    # the reused batch (step 2) moved the ratios: ACPO's bounds widened from the base and clipped tokens
+    assert max(r.get("adaptive_clip/bound_bin0", 0) for r in records) > 0.2001
+    assert any(r["adaptive_clip/clip_ratio_low"] + r["adaptive_clip/clip_ratio_high"] > 0 for r in records)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_delta_colocate_fp32(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "delta")
+    _assert_fresh(result["gaps"], FP32_GAP, "delta")
+    weighted = [r for r in result["records"] if "token_credit/weight_std" in r]
+    assert len(weighted) == 2  # once per generation (steps 1 and 3)
+    assert all(r["token_credit/weight_std"] > 0 for r in weighted)
+    assert all(r["token_credit/weight_mean"] == pytest.approx(1.0, abs=1e-5) for r in weighted)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize("run", ["colocate", "server"])
 def test_stale_weights_are_caught(vllm_runs, run):
     """With the sync disabled vLLM keeps generating from the initial weights; the gap check must see it."""

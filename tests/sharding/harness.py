@@ -263,10 +263,53 @@ def case_grpo_none():
     return summary(grpo_run("grpo_none", data=prompts(), num_iterations=2))
 
 
-def case_nsr(mode="nsr"):
-    trainer = grpo_run(mode, data=prompts(), num_iterations=2, learning_rate=0.1, clip_recovery=mode)
+def nsr_summary(trainer) -> dict:
     generator = trainer._recovery_generator
     return summary(trainer, generator_digest=hashlib.sha256(generator.get_state().numpy().tobytes()).hexdigest())
+
+
+def case_nsr(mode="nsr"):
+    return nsr_summary(grpo_run(mode, data=prompts(), num_iterations=2, learning_rate=0.1, clip_recovery=mode))
+
+
+# ACPO with a narrow range of widths (base 0.2, at most 0.25), so that its bounds really clip on the tiny model
+ACPO_NARROW = {"adaptive_clip": "acpo", "adaptive_clip_alpha": 0.5, "adaptive_clip_max": 0.25}
+
+
+def case_acpo():
+    """ACPO with the global scope (per-bin moments all-reduced at each loss computation) and the off-policy
+    diagnostics (a gather of every rank's ratios)."""
+    trainer = grpo_run(
+        "acpo",
+        data=prompts(),
+        num_iterations=2,
+        learning_rate=0.002,
+        temperature=0.05,  # peaked probabilities on the random model: the tokens fill several bins
+        off_policy_diagnostics=True,
+        **ACPO_NARROW,
+    )
+    return summary(trainer)
+
+
+def case_delta():
+    """DelTA: weights from a hooked no-grad forward pass of the (sharded) model, once per generation batch."""
+    return summary(grpo_run("delta", data=prompts(), num_iterations=2, learning_rate=0.1, token_credit="delta"))
+
+
+def case_acpo_nsr_delta():
+    """ACPO (each rank's own statistics) + NSR rescuing past ACPO's bounds + DelTA's weighted advantages."""
+    return nsr_summary(
+        grpo_run(
+            "acpo_nsr_delta",
+            data=prompts(),
+            num_iterations=2,
+            learning_rate=0.1,
+            adaptive_clip_scope="micro_batch",
+            clip_recovery="nsr",
+            token_credit="delta",
+            **ACPO_NARROW,
+        )
+    )
 
 
 def curation_state(trainer) -> dict:
@@ -476,6 +519,9 @@ CASES = {
     "grpo_none": case_grpo_none,
     "nsr": case_nsr,
     "nsr_expected": lambda: case_nsr("nsr_expected"),
+    "acpo": case_acpo,
+    "delta": case_delta,
+    "acpo_nsr_delta": case_acpo_nsr_delta,
     "self": case_self,
     "self_skip": lambda: case_self("self_skip", parity_reward, num_generations=4),
     "pass_rate": case_pass_rate,

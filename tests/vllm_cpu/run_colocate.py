@@ -172,6 +172,25 @@ def f_nsr_expected_bf16(ctx):
     return {"gaps": logp_gaps(trainer), "records": train_records(trainer)}
 
 
+def f_acpo(ctx):
+    """ACPO's adaptive clip, with the off-policy diagnostics, on vLLM's samples (TRL's importance-sampling correction on)."""
+    kwargs = base_kwargs(
+        ctx["work"] / "acpo", adaptive_clip="acpo", adaptive_clip_max=0.25, loss_type="grpo",
+        off_policy_diagnostics=True,
+    )  # fmt: skip
+    trainer = build(ctx["model"], digit_reward, kwargs)
+    trainer.train()
+    return {"gaps": logp_gaps(trainer), "records": train_records(trainer)}
+
+
+def f_delta(ctx):
+    """DelTA's token credit: its hooked forward pass runs on the trainer's model, the samples come from vLLM."""
+    kwargs = base_kwargs(ctx["work"] / "delta", token_credit="delta", loss_type="dapo", delta=10.0)
+    trainer = build(ctx["model"], digit_reward, kwargs)
+    trainer.train()
+    return {"gaps": logp_gaps(trainer), "records": train_records(trainer)}
+
+
 def f_stale(ctx):
     """The CPU sync disabled: vLLM keeps the initial weights, and the gap check must catch it."""
     trainer = build(

@@ -52,6 +52,11 @@ SELF_SEQUENCE_AVERAGED_LOSS_TYPES = ("grpo", "sapo", "dr_grpo", "luspo")
 SELF_TOKEN_NORMALISED_LOSS_TYPES = ("dapo", "cispo", "vespo")
 
 
+def off_policy_diagnostics_apply(args) -> bool:
+    """Whether `off_policy_diagnostics` can measure this config's clip: PPO's hard clip, at token level."""
+    return args.loss_type in CLIPPED_LOSS_TYPES and args.importance_sampling_level == "token"
+
+
 @dataclass
 class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     r"""
@@ -103,6 +108,8 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             epsilons or ACPO's bounds), overall and per probability bin (`_bin{k}`, the `adaptive_clip_num_bins`
             equal-width bins of π_θ), over all processes; and `off_policy/update_index`, the micro-step's position in
             its rollout (0 .. steps_per_generation·num_iterations − 1). For loss types with a hard clip at token level.
+            Off by default here (options off: stock TRL's metrics); the command line `trl-rlvr-ext grpo` turns it on
+            for a run that reuses its rollouts, unless the recipe or a flag sets it (`--off_policy_diagnostics false`).
 
         curation (`str`, *optional*, defaults to `"none"`):
             Which prompts GRPO trains on. `"none"`: stock TRL sampling. `"self"`: every generation step decodes each
@@ -320,7 +327,8 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         metadata={
             "help": "Log off_policy/*: ratio percentiles (1, 10, 50, 90, 99) and clipped shares per side over the "
             "tokens with a non-zero advantage, overall and per probability bin, and the micro-step's position in its "
-            "rollout (off_policy/update_index). The loss is unchanged. Hard-clip loss types, token level."
+            "rollout (off_policy/update_index). The loss is unchanged. Hard-clip loss types, token level. Default False; "
+            "`trl-rlvr-ext grpo` turns it on for runs that reuse their rollouts unless the recipe or a flag sets it."
         },
     )
 
@@ -516,9 +524,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
                 f"{list(ADAPTIVE_CLIP_SCOPES)}: 'global' (statistics over every process) or 'micro_batch' (each "
                 "process's own, as the authors' code)."
             )
-        if self.off_policy_diagnostics and (
-            self.loss_type not in CLIPPED_LOSS_TYPES or self.importance_sampling_level != "token"
-        ):
+        if self.off_policy_diagnostics and not off_policy_diagnostics_apply(self):
             raise ValueError(
                 f"off_policy_diagnostics measures the ratios and clipped shares of PPO's token-level clip, but "
                 f"loss_type={self.loss_type!r} with importance_sampling_level={self.importance_sampling_level!r} has "

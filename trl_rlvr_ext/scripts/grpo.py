@@ -88,6 +88,30 @@ def build_trainer(script_args, training_args, model_args, dataset_args):
     )
 
 
+def default_off_policy_diagnostics(parsed, explicit: set) -> None:
+    """Off-policy diagnostics on for every run that reuses its rollouts, unless the recipe or the command line set the
+    flag. The library's default stays False (options off: stock TRL's metrics, to the bit); the command line turns
+    it on where the ratios can drift from 1 and the loss has the token-level hard clip the diagnostics measure."""
+    import os
+
+    from ..grpo.grpo_config import off_policy_diagnostics_apply
+    from ..grpo.signal_check import reuses_rollouts
+
+    training_args = parsed[1]
+    if "off_policy_diagnostics" in explicit or training_args.off_policy_diagnostics:
+        return
+    if not (reuses_rollouts(training_args) and off_policy_diagnostics_apply(training_args)):
+        return
+    training_args.off_policy_diagnostics = True
+    if os.environ.get("RANK", "0") == "0":  # once, not in every process of `accelerate launch`
+        print(
+            "off_policy_diagnostics on (logs off_policy/*): this run reuses each rollout (num_iterations="
+            f"{training_args.num_iterations}, steps_per_generation={training_args.steps_per_generation}, "
+            f"gradient_accumulation_steps={training_args.gradient_accumulation_steps}); turn it off with "
+            "--off_policy_diagnostics false."
+        )
+
+
 def main(script_args, training_args, model_args, dataset_args):
     from .utils import train_and_save
 
@@ -136,6 +160,7 @@ COMMAND = TrainingCommand(
     summary=SUMMARY,
     make_parser=lambda prog=None: make_parser(prog),
     main=lambda *parsed: main(*parsed),
+    adjust=default_off_policy_diagnostics,
 )
 
 

@@ -67,6 +67,9 @@ class TrainingCommand:
     summary: Sequence[SummaryOption]
     make_parser: Callable  # (prog) -> TrlParser; imports TRL
     main: Callable  # (script_args, training_args, model_args, dataset_args) -> trainer
+    # (parsed, explicit) -> None: the command's own defaults that depend on other options, applied after parsing;
+    # `explicit` holds the keys the recipe or the command line set (those are never changed)
+    adjust: Callable | None = None
 
     @property
     def prog(self) -> str:
@@ -176,6 +179,12 @@ def _recipe_keys(argv: Sequence[str]) -> set:
     return set(config) if isinstance(config, dict) else set()
 
 
+def explicit_keys(argv: Sequence[str]) -> set:
+    """The option names the recipe (``--config``) or the command line of ``argv`` set."""
+    flags = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--") and arg != "--config"}
+    return _recipe_keys(argv) | flags
+
+
 def cpu_defaults(argv: Sequence[str]) -> list[str]:
     """Under ``accelerate launch`` with a CPU config (``ACCELERATE_USE_CPU``), train on CPU in fp32: add
     ``--use_cpu true`` and ``--bf16 false`` unless the recipe or the command line sets them. Without them TRL's default
@@ -248,6 +257,9 @@ def parse(command: TrainingCommand, argv: Sequence[str]):
             if _BF16_ERROR in str(error):
                 raise SystemExit(bf16_hint(command.prog)) from None
             raise
+        explicit = explicit_keys(argv)
+    if command.adjust is not None:
+        command.adjust(parsed, explicit)
     model_args = parsed[2]
     if getattr(model_args, "load_in_4bit", False):
         from .._compat import replay_bitsandbytes_kernel_notice
