@@ -167,3 +167,17 @@ def test_study_report_cli_checks_without_writing(tmp_path, capsys):
     assert cli_main(argv) == 0
     assert "rendered: docs/evidence/nsr.md" in capsys.readouterr().out
     assert "| none | 0,1 |" not in page.read_text() and "| none | 0,1,2 |" in page.read_text()
+
+
+def test_the_pages_show_the_held_out_composition_the_audit_found():
+    """The splits block renders each reasoning-gym task's strata from its dataset name: chain_sum's evaluated problems
+    are 99 % three-term against 50 % in train, 55 of them reorderings of a train problem; the mixture's are 67 %
+    number_sorting against 48 % in train (the issue's audit, recomputed)."""
+    from trl_rlvr_ext.studies.report import render_study
+
+    blocks, _ = render_study("self", ROOT)
+    splits = blocks["self:splits"]
+    assert "| chain_sum num_digits=1 num_terms=3 | 996 (50 %) | 298 (99 %) | 99 (99 %) |" in splits
+    assert "55 are a reordering of a train problem (55 with the same answer)" in splits
+    assert "| number_sorting numbers=3 | 960 (48 %) | 203 (68 %) | 67 (67 %) |" in splits
+    assert "Pass@k per stratum, setting `main`" in splits

@@ -683,7 +683,35 @@ def render_study(name: str, root: Path) -> tuple[dict[str, str], list[Part]]:
         parts += judge_parts(name, study, setting, records)
     blocks[f"{name}:claims"] = claims_table(parts)
     blocks[f"{name}:commands"] = commands_block(by_setting)
+    blocks[f"{name}:splits"] = splits_block(by_setting)
     return blocks, parts
+
+
+def splits_block(settings_records: dict[str, list[dict]]) -> str:
+    """What each reasoning-gym task's splits hold (`split_composition_markdown`: strata per split, the problems the
+    held-out draw dropped, the near duplicates left in the evaluated problems) and, for a task with several strata,
+    Pass@k per stratum of every trained run of each setting (`stratum_table_markdown`)."""
+    from ..tasks.reasoning_gym import split_composition, split_composition_markdown
+    from .strata import stratum_table_markdown
+
+    datasets: dict[tuple[str, str, int], dict[str, list[dict]]] = {}
+    for setting, records in settings_records.items():
+        for r in records:
+            if str(r.get("dataset", "")).startswith("reasoning_gym:"):
+                key = (r["task"], r["dataset"], len(r["num_correct"]))
+                datasets.setdefault(key, {}).setdefault(setting, []).append(r)
+    if not datasets:
+        return "No reasoning-gym task here: the toy's splits are a hash split of its problem space (docs/toy.md)."
+    lines = []
+    for (task, dataset, eval_problems), by_setting in datasets.items():
+        lines += [f"**{task}** (`{dataset}`, the first {eval_problems} held-out problems evaluated):", ""]
+        lines += [split_composition_markdown(dataset, eval_problems).rstrip("\n"), ""]
+        eval_strata = split_composition(dataset, eval_problems)["eval_strata"]
+        if len(set(eval_strata)) > 1:
+            for setting, records in by_setting.items():
+                lines += [f"Pass@k per stratum, setting `{setting}`:", ""]
+                lines += [stratum_table_markdown(records, eval_strata).rstrip("\n"), ""]
+    return "\n".join(lines).rstrip("\n")
 
 
 _BLOCK = re.compile(
