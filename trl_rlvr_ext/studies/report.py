@@ -222,6 +222,9 @@ METHOD_SUMMARIES = (
     MethodSummary("docs/methods/pass_rate_curation.md", "self", lambda c: "pass_rate" in (c.arm, c.baseline)),
 )
 
+# The method a claim is about, where it is not the page's own (the nsr page also holds the ACPO / DelTA extension).
+METHOD_OF_ARM = {"acpo": "ACPO", "acpo_nsr": "ACPO + NSR", "delta": "DelTA"}
+
 # The verdicts the pages gave before the rule (by claim, or by the claim its parts belong to): the index shows what
 # changed.
 PREVIOUS_VERDICTS = {
@@ -236,6 +239,9 @@ PREVIOUS_VERDICTS = {
     "2. IS-DPO ends above DPO at the same step budget": "mixed (as part of the frontier claim)",
     "1. RLPO / RLMO beat default LoRA (+2.6 / +1.4)": "not reproduced",
     "2. PiSSA / MiLoRA end below LoRA": "mixed",
+    "ACPO raises pass@1 over DAPO's clipping": "(new: not studied before)",
+    "NSR on ACPO's bounds raises pass@1 over ACPO": "(new: not studied before)",
+    "DelTA raises pass@1 over DAPO": "(new: not studied before)",
 }
 
 
@@ -536,7 +542,7 @@ def claims_table(parts: list[Part]) -> str:
             f"- *{claim.name}*: {claim.reason}." + (f" Exploratory, {claim.exploratory}." if claim.exploratory else "")
         )
     for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory}.values():
-        lines.append(f"- PageSetting `{setting.name}` ({setting.label}) is exploratory, {setting.exploratory}.")
+        lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory, {setting.exploratory}.")
     lines += [
         "",
         (
@@ -607,7 +613,7 @@ def index_table(parts_by_study: dict[str, list[Part]]) -> str:
             with_arms = len({(p.claim.arm, p.baseline, p.claim.metric) for p in members}) > 1
             summary = "; ".join(_part_summary(p, with_arms) for p in members)
             cells = [
-                page.label,
+                METHOD_OF_ARM.get(members[0].claim.arm, page.label),
                 group,
                 group_verdict(members),
                 summary,
@@ -642,7 +648,7 @@ def commands_block(settings_records: dict[str, list[dict]]) -> str:
         commands: dict[str, int] = {}
         for r in records:
             commands[r.get("command", "")] = commands.get(r.get("command", ""), 0) + 1
-        lines += [f"PageSetting `{setting}`:", "", "```text"]
+        lines += [f"Setting `{setting}`:", "", "```text"]
         lines += [f"{command}   # {n} run{'s' * (n > 1)}" for command, n in commands.items()]
         lines += ["```", "", "| task | runs | wall s per run (min – max) | wall minutes (sum) |", "|---|---|---|---|"]
         for task in dict.fromkeys(r["task"] for r in records):
