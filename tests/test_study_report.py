@@ -181,3 +181,16 @@ def test_the_pages_show_the_held_out_composition_the_audit_found():
     assert "55 are a reordering of a train problem (55 with the same answer)" in splits
     assert "| number_sorting numbers=3 | 960 (48 %) | 203 (68 %) | 67 (67 %) |" in splits
     assert "Pass@k per stratum, setting `main`" in splits
+
+
+def test_boundary_per_problem_counts_lost_and_gained_against_the_same_seed_base():
+    from trl_rlvr_ext.studies.report import PAGES, boundary_block
+
+    page, setting = PAGES["self"], PAGES["self"].settings[0]
+    sizes = dict(setting.match)
+    base = [{"arm": "base", "seed": s, "num_correct": [3, 1, 0, 0], "num_samples": 4} for s in (0, 1)]
+    grpo = [{"arm": "grpo", "seed": 0, "num_correct": [0, 2, 1, 4], "num_samples": 4, "sizes": sizes}]
+    grpo += [{"arm": "grpo", "seed": 1, "num_correct": [1, 1, 0, 0], "num_samples": 4, "sizes": sizes}]
+    table = boundary_block(page, setting, "toy", base + grpo)["boundary"]
+    # seed 0 lost problem 0 and gained problems 2 and 3; seed 1 lost and gained nothing: net (1 + 0) / 2 / 4 problems
+    assert "| grpo | 0,1 | 1 / 0 | 2 / 0 | +0.125 [" in table

@@ -106,6 +106,57 @@ def frontier_block(page: "Page", setting: PageSetting, task: str, records: list[
     return {"frontier": "\n".join(lines)}
 
 
+def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
+    """The boundary per problem: against the same-seed base, the problems an arm lost (the base solved them at least
+    once in its n samples, the arm never) and gained (the reverse), per seed; the net change, gained − lost, is
+    n × the pass@n difference, with the rule's interval (the hull of the bootstrap and seed-t intervals, over the
+    per-problem indicators)."""
+    base = {r["seed"]: r for r in records if r["arm"] == "base"}
+    lines = [
+        "| arm | seeds | lost (per seed) | gained (per seed) | net per problem [95 % interval] |",
+        "|---|---|---|---|---|",
+    ]
+    for arm in _arm_order(page, records):
+        if arm == "base" or arm.startswith(TRIVIAL_PREFIX):
+            continue
+        runs = sorted(
+            (
+                r
+                for r in records
+                if r["arm"] == arm
+                and r["seed"] in base
+                and all((r.get("sizes") or {}).get(k) == v for k, v in setting.match.items())
+            ),
+            key=lambda r: r["seed"],
+        )
+        if len(runs) < 2:
+            continue
+        solved = {r["seed"]: np.asarray(r["num_correct"]) > 0 for r in runs}
+        base_solved = {s: np.asarray(base[s]["num_correct"]) > 0 for s in solved}
+        lost = [int((base_solved[s] & ~solved[s]).sum()) for s in solved]
+        gained = [int((~base_solved[s] & solved[s]).sum()) for s in solved]
+        claim = Claim("boundary", arm, "base", f"pass@{runs[0]['num_samples']}", smallest_effect=1.0)
+        j = judge(
+            claim,
+            {s: solved[s].astype(float) for s in solved},
+            {s: base_solved[s].astype(float) for s in solved},
+            num_resamples=NUM_RESAMPLES,
+            seed=BOOTSTRAP_SEED,
+        )
+        seeds = ",".join(str(s) for s in solved)
+        lost_text, gained_text = (" / ".join(map(str, counts)) for counts in (lost, gained))
+        lines.append(f"| {arm} | {seeds} | {lost_text} | {gained_text} | {_signed(j.effect)} {_interval(j)} |")
+    lines += [
+        "",
+        (
+            "Lost: solved by the same-seed base at least once in its samples, never by the arm; gained: the reverse. "
+            "The net per problem is the pass@n difference (n the samples per problem); its interval is the rule's. No "
+            "verdict: the paper's boundary claim is judged on pass@256 in the claims table."
+        ),
+    ]
+    return {"boundary": "\n".join(lines)}
+
+
 def _reward_ratio(last: Callable[[dict], float | None]) -> Callable[[dict], float | None]:
     """``last(record)`` over the first logged training reward: the quantity a collapse rule compares with 0.5."""
 
@@ -140,6 +191,7 @@ PAGES = {
             ),
         ),
         "SELF",
+        extra_blocks=boundary_block,
     ),
     "nsr": Page(
         "nsr",
