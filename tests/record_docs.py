@@ -76,18 +76,20 @@ def _timed(run) -> dict:
 
 def section_of(block) -> str | None:
     """The title of the last heading above ``block`` (what the block is, for a reader of the records)."""
-    titles = re.findall(r"^#+ (.+?)(?: \{.*\})?$", block.preceding_text, flags=re.MULTILINE)
+    prose = re.sub(r"^```.*?^```", "", block.preceding_text, flags=re.DOTALL | re.MULTILINE)  # not code comments
+    titles = re.findall(r"^#+ (.+?)(?: \{.*\})?$", prose, flags=re.MULTILINE)
     return titles[-1].strip() if titles else None
 
 
 def record_page(page: Path, workdir: Path) -> list[dict]:
     namespace = {"__name__": "__main__"}
     records = []
-    for block in code_blocks(page):
-        if block.language not in RUN_LANGUAGES or block.mark == "skip":
-            continue
+    run = [block for block in code_blocks(page) if block.language in RUN_LANGUAGES and block.mark != "skip"]
+    # numbered among the blocks run (not all fenced blocks), so that the output blocks a page shows from its records
+    # do not shift the numbers when the page is recorded again
+    for number, block in enumerate(run, start=1):
         print(f"--- {block.where}", file=sys.stderr, flush=True)
-        entry = {"number": block.number, "line": block.line, "language": block.language}
+        entry = {"number": number, "line": block.line, "language": block.language}
         entry["first_line"] = block.code.strip().splitlines()[0]
         entry["section"] = section_of(block)
         entry.update(_timed(lambda block=block: run_block(block, workdir, namespace, timeout=3600)))
