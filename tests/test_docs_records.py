@@ -79,9 +79,26 @@ def render_toy_base_table(records: dict) -> str:
     return "\n".join(rows)
 
 
+def render_demo_runs_table(records: dict) -> str:
+    """One row per recorded ``trl-rlvr-ext demo --seed S --clip-recovery C ...`` command: what it printed."""
+    rows = [
+        "| seed | clip recovery | greedy accuracy | sampled pass@1 | pass@16 | train reward first → last log |",
+        "|---|---|---|---|---|---|",
+    ]
+    for block in records["blocks"]:
+        seed, clip = re.search(r"--seed (\d+) --clip-recovery (\w+)", block["first_line"]).groups()
+        out = block["stdout"]
+        cells = [
+            re.search(rf"{label} +([\d.]+ -> [\d.]+)", out)[1].replace("->", "→")
+            for label in ("greedy accuracy", "sampled pass@1", "pass@16", r"Train reward \(first -> last log\):")
+        ]
+        rows.append(f"| {seed} | {clip} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 RENDERERS = {"tutorials/data/pass_at_k.json": render_pass_at_k_table}
 # named parts of tests/record_docs.py records that need more than `render_run_records`
-RUN_RECORD_PARTS = {"toy base": render_toy_base_table}
+RUN_RECORD_PARTS = {"toy base": render_toy_base_table, "demo runs": render_demo_runs_table}
 
 
 def _render(path: Path, part: str | None) -> str:
