@@ -176,3 +176,16 @@ def test_the_reasoning_gym_records_show_a_run_that_learns():
     )
     assert 0.1 < before < 0.9 and after > before
     assert re.search(r"(\d+) RL prompts, none of them", rl)
+
+
+def test_the_two_demo_records_agree_to_the_digit():
+    """toy.md's reproducibility claim: two seed-0 NSR demo runs, each from an empty cache, print the same numbers."""
+    first = json.loads((DOCS / "data/demo.json").read_text())
+    seeds = json.loads((DOCS / "data/demo_seeds.json").read_text())
+    assert first["cache_empty_at_start"] and seeds["cache_empty_at_start"]
+    assert seeds["blocks"][0]["first_line"].startswith("trl-rlvr-ext demo --seed 0 --clip-recovery nsr ")
+
+    def numbers(block):  # the held-out and train lines, without paths and times
+        return [line for line in block["stdout"].splitlines() if "->" in line]
+
+    assert numbers(first["blocks"][0]) == numbers(seeds["blocks"][0]) and numbers(first["blocks"][0])
