@@ -150,8 +150,9 @@ def _gpu_config_probe(block: CodeBlock):
         training_args.is_torch_bf16_gpu_available = probe
 
 
-def run_block(block: CodeBlock, workdir, namespace: dict, timeout: float = 600) -> None:
-    """Run one block as printed in ``workdir`` (python: in ``namespace``; bash: ``bash -e``)."""
+def run_block(block: CodeBlock, workdir, namespace: dict, timeout: float = 600) -> str | None:
+    """Run one block as printed in ``workdir`` (python: in ``namespace``; bash: ``bash -e``). Returns a bash block's
+    stdout (a python block prints to this process's stdout)."""
     workdir = Path(workdir)
     with _clone_layout(workdir, block), _gpu_config_probe(block):
         if block.language == "python":
@@ -174,6 +175,8 @@ def run_block(block: CodeBlock, workdir, namespace: dict, timeout: float = 600) 
                     f"{block.where} exited with status {proc.returncode}:\n{block.code}\n"
                     f"--- stdout (tail)\n{proc.stdout[-3000:]}\n--- stderr (tail)\n{proc.stderr[-6000:]}"
                 )
+            return proc.stdout
+    return None
 
 
 def run_markdown(path, workdir, until: int | None = None) -> dict:
