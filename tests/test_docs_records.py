@@ -166,13 +166,21 @@ def test_the_reasoning_gym_records_show_a_run_that_learns():
     """What the tutorial says of its recorded RL run: the reward rises, no logged gradient is zero, held-out pass@1
     rises; and the base is partly right (pass@1 well between 0 and 1)."""
     records = json.loads((DOCS / "tutorials/data/reasoning_gym.json").read_text())
-    rl = render_run_records(records, "output 4")
+
+    def number(section):  # the block of that section (numbers shift when a block is added above it)
+        (found,) = [b["number"] for b in records["blocks"] if b["section"].startswith(section)]
+        return found
+
+    rl = render_run_records(records, f"output {number('Watching the reasoning boundary')}")
     steps = re.findall(r"step +(\d+): reward ([\d.]+), grad_norm ([\d.]+)", rl)
     assert len(steps) == 8 and steps[-1][0] == "80"
     rewards, grad_norms = [float(s[1]) for s in steps], [float(s[2]) for s in steps]
     assert rewards[-1] > rewards[0] + 0.05 and min(grad_norms) > 0
     before, after = (
-        float(x) for x in re.findall(r"held-out pass@1 ([\d.]+)", render_run_records(records, "output 3") + rl)
+        float(x)
+        for x in re.findall(
+            r"held-out pass@1 ([\d.]+)", render_run_records(records, f"output {number('Tiny warm-started')}") + rl
+        )
     )
     assert 0.1 < before < 0.9 and after > before
     assert re.search(r"(\d+) RL prompts, none of them", rl)
