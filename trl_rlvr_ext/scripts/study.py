@@ -147,9 +147,7 @@ def cli_main(argv: list[str] | None = None) -> int:
             f"trl-rlvr-ext study: --seeds must be comma-separated integers, got {args.seeds!r}."
         ) from None
     study = get_study(args.name)
-    if args.setting is not None:
-        study.get_setting(args.setting)
-    reference = study.default_sizes(args.quick, args.setting)
+    reference = study.default_sizes(args.quick, args.setting)  # an unknown setting fails here, naming the known ones
     overrides = {
         f.name: getattr(args, f.name) for f in dataclasses.fields(StudySizes) if getattr(args, f.name) is not None
     }

@@ -19,6 +19,7 @@ evidence summary of each method page. This module only reads records and formats
 """
 
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -52,6 +53,10 @@ class PageSetting:
     records: tuple[str, ...]
     match: dict = dataclasses.field(default_factory=dict)
     exploratory: str = ""  # why the setting was chosen after looking ("<short label>: <details>"); empty: pre-declared
+
+    def matches(self, record: dict) -> bool:
+        """Whether the record's sizes are this setting's (``match``); a record without sizes matches no constraint."""
+        return all((record.get("sizes") or {}).get(k) == v for k, v in self.match.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,13 +125,7 @@ def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[
         if arm == "base" or arm.startswith(TRIVIAL_PREFIX):
             continue
         runs = sorted(
-            (
-                r
-                for r in records
-                if r["arm"] == arm
-                and r["seed"] in base
-                and all((r.get("sizes") or {}).get(k) == v for k, v in setting.match.items())
-            ),
+            (r for r in records if r["arm"] == arm and r["seed"] in base and setting.matches(r)),
             key=lambda r: r["seed"],
         )
         if len(runs) < 2:
@@ -339,17 +338,13 @@ def setting_records(study, setting: PageSetting, root: Path) -> list[dict]:
     records = [r for path in setting.records for r in load_records(root / path)]
     trivial = root / TRIVIAL_RECORDS
     records += [r for r in load_records(trivial) if _evaluates(r, study.name)] if trivial.is_file() else []
-    trained = [
-        r
-        for r in records
-        if not _is_untrained(study, r["arm"]) and all(r["sizes"].get(k) == v for k, v in setting.match.items())
-    ]
+    trained = [r for r in records if not _is_untrained(study, r["arm"]) and setting.matches(r)]
     tasks = {r["task"] for r in trained}
     untrained: dict[tuple, dict] = {}
     for r in records:
         if _is_untrained(study, r["arm"]) and r["task"] in tasks:
             key = (r["task"], r["arm"], r["seed"])
-            matches = all((r.get("sizes") or {}).get(k) == v for k, v in setting.match.items())
+            matches = setting.matches(r)
             if key not in untrained or matches and not untrained[key][1]:
                 untrained[key] = (r, matches)
     return trained + [r for r, _ in untrained.values()]
@@ -725,10 +720,7 @@ def render_study(name: str, root: Path) -> tuple[dict[str, str], list[Part]]:
         # the commands and wall times of the runs made in this setting (an untrained arm's runs are listed where
         # their sizes match, not again under every setting that shows them)
         by_setting[setting.name] = [
-            r
-            for r in records
-            if not r["arm"].startswith(TRIVIAL_PREFIX)
-            and all((r.get("sizes") or {}).get(k) == v for k, v in setting.match.items())
+            r for r in records if not r["arm"].startswith(TRIVIAL_PREFIX) and setting.matches(r)
         ]
         for task in _tasks(study, records):
             rows = [r for r in records if r["task"] == task]
@@ -745,11 +737,20 @@ def render_study(name: str, root: Path) -> tuple[dict[str, str], list[Part]]:
     return blocks, parts
 
 
+@functools.cache
+def _split_composition(dataset: str, eval_problems: int) -> dict:
+    """`split_composition`, drawn once per dataset and evaluation size: the pages share the presets' tasks, and each
+    draw generates the whole dataset. Read only."""
+    from ..tasks.reasoning_gym import split_composition
+
+    return split_composition(dataset, eval_problems)
+
+
 def splits_block(settings_records: dict[str, list[dict]]) -> str:
-    """What each reasoning-gym task's splits hold (`split_composition_markdown`: strata per split, the problems the
+    """What each reasoning-gym task's splits hold (`composition_markdown`: strata per split, the problems the
     held-out draw dropped, the near duplicates left in the evaluated problems) and, for a task with several strata,
     Pass@k per stratum of every trained run of each setting (`stratum_table_markdown`)."""
-    from ..tasks.reasoning_gym import split_composition, split_composition_markdown
+    from ..tasks.reasoning_gym import composition_markdown
     from .strata import stratum_table_markdown
 
     datasets: dict[tuple[str, str, int], dict[str, list[dict]]] = {}
@@ -763,8 +764,9 @@ def splits_block(settings_records: dict[str, list[dict]]) -> str:
     lines = []
     for (task, dataset, eval_problems), by_setting in datasets.items():
         lines += [f"**{task}** (`{dataset}`, the first {eval_problems} held-out problems evaluated):", ""]
-        lines += [split_composition_markdown(dataset, eval_problems).rstrip("\n"), ""]
-        eval_strata = split_composition(dataset, eval_problems)["eval_strata"]
+        composition = _split_composition(dataset, eval_problems)
+        lines += [composition_markdown(composition).rstrip("\n"), ""]
+        eval_strata = composition["eval_strata"]
         if len(set(eval_strata)) > 1:
             for setting, records in by_setting.items():
                 lines += [f"Pass@k per stratum, setting `{setting}`:", ""]

@@ -499,7 +499,11 @@ def split_composition(name: str, eval_problems: int | None = None) -> dict:
 def split_composition_markdown(name: str, eval_problems: int | None = None) -> str:
     """`split_composition` as a markdown fragment: a table of the strata (count and share per split) and a line on
     the problems the held-out draw dropped and the near duplicates left in the evaluated problems."""
-    composition = split_composition(name, eval_problems)
+    return composition_markdown(split_composition(name, eval_problems))
+
+
+def composition_markdown(composition: dict) -> str:
+    """The markdown of `split_composition_markdown`, from a `split_composition` already drawn."""
     sizes = {"train": composition["train_size"], "test": composition["test_size"]}
     sizes["eval"] = composition["eval_problems"]
     lines = [
@@ -536,6 +540,7 @@ __all__ = [
     "TEST_SEED_OFFSET",
     "ReasoningGymSpec",
     "SplitDraw",
+    "composition_markdown",
     "draw_splits",
     "load_reasoning_gym",
     "make_reasoning_gym_datasets",
