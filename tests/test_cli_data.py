@@ -62,6 +62,23 @@ def test_toy_names(tmp_path):
     data.check_model_name_or_path("toy:tiny")  # known names need nothing on disk yet
 
 
+def test_toy_names_take_the_digit_range():
+    splits = data.load_named_dataset("toy:arithmetic?min_digits=9&max_digits=9")
+    assert {len(row["prompt"]) for row in splits["test"]} == {len("123456789+123456789=")}
+    assert data.parse_toy_name("toy:base?max_digits=4") == ("toy:base", {"max_digits": 4})
+    data.check_model_name_or_path("toy:base?max_digits=4")
+    data.check_dataset_name("toy:arithmetic?min_digits=1&max_digits=1")
+    for name, match in [
+        ("toy:arithmetic?digits=9", "keys \\['min_digits', 'max_digits'\\]"),
+        ("toy:arithmetic?max_digits=x", "must be a positive integer"),
+        ("toy:arithmetic?max_digits=10", "at most 9"),
+        ("toy:tiny?max_digits=3", "takes no options"),
+        ("toy:preference?max_digits=3", "takes no options"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            data.check_dataset_name(name) if "tiny" not in name else data.check_model_name_or_path(name)
+
+
 def test_missing_local_paths_are_named_not_looked_up_on_the_hub(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"No such data file: 'problems.jsonl'"):

@@ -12,7 +12,7 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     argv = ["study", "self", "--quick", "--tasks", "toy", "--seeds", "0,1", "--out_dir", str(out)]
     assert main(argv) == 0
     table = (out / "results.md").read_text()
-    for arm in ("base", "grpo", "self", "pass_rate"):
+    for arm in ("base", "grpo", "self", "pass_rate", "grpo_same_budget"):
         assert f"| {arm} | 0,1 |" in table
         for seed in (0, 1):
             result = json.loads((out / "toy" / arm / f"seed{seed}" / "result.json").read_text())
@@ -27,6 +27,16 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     assert [b["step"] for b in grpo["boundary"]] == [0, 1, 2] and grpo["grpo_config"]["curation"] == "self"
     for png in ("toy_pass_at_k.png", "toy_boundary.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    # the same-budget arm trained for exactly the updates the same-seed SELF run made
+    from trl_rlvr_ext.studies.runner import updates_made
+
+    for seed in (0, 1):
+        self_run, matched = (
+            json.loads((out / "toy" / arm / f"seed{seed}" / "result.json").read_text())
+            for arm in ("self", "grpo_same_budget")
+        )
+        assert matched["budget"] == {"same_updates_as": "self", "updates": updates_made(self_run)}
+        assert matched["grpo_config"]["max_steps"] == updates_made(self_run) == updates_made(matched)
 
     # Resume: nothing is trained or evaluated again ...
     from trl_rlvr_ext.grpo.grpo_trainer import RLVRGRPOTrainer
@@ -38,7 +48,7 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("trl_rlvr_ext.evaluation.evaluate_pass_at_k", no_training)
     capsys.readouterr()
     assert main(argv) == 0
-    assert capsys.readouterr().out.count("done, loading") == 8
+    assert capsys.readouterr().out.count("done, loading") == 10
     # ... except a run whose result is missing (an interrupted run): exactly that one is redone
     (out / "toy" / "grpo" / "seed1" / "result.json").unlink()
     with pytest.raises(AssertionError, match="redone"):
@@ -66,15 +76,18 @@ def test_chance_pass_at_k_hand_computed(monkeypatch):
     assert runner.chance_pass_at_k("x", 2, [1, 2]) == {1: 0.25, 2: 0.375}
 
 
-def test_self_study_covers_every_preset_with_its_own_base():
+def test_self_study_covers_every_preset_with_its_own_base(monkeypatch):
     from trl_rlvr_ext.studies import get_study
     from trl_rlvr_ext.studies.gym_bases import PRESETS
-    from trl_rlvr_ext.studies.self_study import GYM_BASE_STEPS
+    from trl_rlvr_ext.studies.self_study import GYM_BASE_STEPS, TOY9
 
     study = get_study("self")
     assert set(GYM_BASE_STEPS) == set(PRESETS)
-    assert {t.dataset for t in study.tasks.values()} == {"toy:arithmetic", *PRESETS.values()}
-    assert list(study.arms) == ["base", "grpo", "self", "pass_rate"]
+    assert {t.dataset for t in study.tasks.values()} == {"toy:arithmetic", TOY9, *PRESETS.values()}
+    assert list(study.arms) == ["base", "grpo", "self", "pass_rate", "grpo_same_budget"]
+    # toy9's base is warm-started on its own digit range (the name is resolved, not built, here)
+    monkeypatch.setattr("trl_rlvr_ext.data.resolve_model_name_or_path", lambda name: name)
+    assert study.tasks["toy9"].base_model(False) == "toy:base?min_digits=9&max_digits=9"
     assert study.arms["self"].config["curation"] == "self" and not study.arms["base"].train
 
 
@@ -119,3 +132,39 @@ def test_a_run_named_twice_is_refused(tmp_path):
     ):
         with pytest.raises(ValueError, match=f"{word}\\(s\\) .* given more than once"):
             run_study(study, tmp_path, quick=True, **kwargs)
+
+
+def test_updates_made_and_the_same_budget_arm_by_hand(tmp_path):
+    from trl_rlvr_ext.studies.runner import Arm, StudyTask, same_budget_arm, updates_made
+
+    # 100 steps, the last log's cumulative skip count is 37: 63 updates; without curation logs, every step
+    log = [{"step": 20, "curation/skipped_steps": 9.0}, {"step": 100, "curation/skipped_steps": 37.0}]
+    assert updates_made({"sizes": {"max_steps": 100}, "train_log": log}) == 63
+    assert updates_made({"sizes": {"max_steps": 100}, "grpo_config": {"max_steps": 63}, "train_log": []}) == 63
+    task = StudyTask("t", "toy:arithmetic", "toy_accuracy", None, None, 7)
+    arm = Arm("matched", config={"beta": 0.0}, same_updates_as="self")
+    with pytest.raises(ValueError, match="run --arms self first"):
+        same_budget_arm(tmp_path, task, arm, 3)
+    run = tmp_path / "t" / "self" / "seed3"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps({"sizes": {"max_steps": 100}, "train_log": log}))
+    matched, budget = same_budget_arm(tmp_path, task, arm, 3)
+    assert matched.config == {"beta": 0.0, "max_steps": 63} and budget == {"same_updates_as": "self", "updates": 63}
+
+
+def test_a_same_budget_arm_before_its_source_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_RLVR_EXT_DEBUG", "1")
+    with pytest.raises(ValueError, match="list 'self' before it"):
+        main(
+            [
+                "study",
+                "self",
+                "--quick",
+                "--tasks",
+                "toy",
+                "--arms",
+                "grpo_same_budget,self",
+                "--out_dir",
+                str(tmp_path),
+            ]
+        )

@@ -18,8 +18,37 @@ TOY_DATASETS = {
     "toy:arithmetic": "the toy verifiable arithmetic task (prompt-only, with an 'answer' column)",
     "toy:preference": "toy arithmetic preference pairs (prompt / chosen / rejected)",
 }
+# ``toy:arithmetic`` and ``toy:base`` take the task's digit range as options, ``toy:arithmetic?min_digits=9&max_digits=9``
+# (a base warm-started on that range is ``toy:base?min_digits=9&max_digits=9``); the other toy names take none.
+TOY_OPTIONS = ("min_digits", "max_digits")
+_TOY_WITH_OPTIONS = ("toy:arithmetic", "toy:base")
 # one table of data files for every loader of the package (training scripts, evaluation, curation)
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
+
+
+def parse_toy_name(name: str) -> tuple[str, dict[str, int]]:
+    """``"toy:arithmetic?max_digits=9" -> ("toy:arithmetic", {"max_digits": 9})``: a toy name and its options (integers
+    among `TOY_OPTIONS`, only on ``toy:arithmetic`` and ``toy:base``). Raises naming the fix on anything else."""
+    stem, _, query = name.partition("?")
+    known = {**TOY_MODELS, **TOY_DATASETS}
+    if stem not in known:
+        raise ValueError(f"Unknown toy name {stem!r}. Use one of {sorted(known)}.")
+    if not query:
+        return stem, {}
+    if stem not in _TOY_WITH_OPTIONS:
+        raise ValueError(f"{stem!r} takes no options (got {query!r}); only {list(_TOY_WITH_OPTIONS)} do.")
+    options = {}
+    for part in query.split("&"):
+        key, sep, value = part.partition("=")
+        if key not in TOY_OPTIONS or not sep:
+            raise ValueError(f"Bad toy option {part!r} in {name!r}: use key=value with keys {list(TOY_OPTIONS)}.")
+        if not value.isdigit():
+            raise ValueError(f"Toy option {key}={value!r} in {name!r} must be a positive integer.")
+        options[key] = int(value)
+    from .toy.task import _check_digits
+
+    _check_digits(options.get("min_digits", 2), options.get("max_digits", 3))
+    return stem, options
 
 
 def resolve_model_name_or_path(name_or_path: str | None) -> str:
@@ -28,10 +57,11 @@ def resolve_model_name_or_path(name_or_path: str | None) -> str:
         raise ValueError("No model given: set `model_name_or_path` (a hub id, a local directory, or 'toy:base').")
     if not name_or_path.startswith(TOY_PREFIX):
         return name_or_path
-    if name_or_path == "toy:base":
+    stem, options = parse_toy_name(name_or_path)
+    if stem == "toy:base":
         from .toy.warmstart import get_base_model_path
 
-        return get_base_model_path()
+        return get_base_model_path(**options)
     if name_or_path in ("toy:tiny", "toy:vllm"):
         from .toy import VLLM_SHAPE, save_tiny_model
         from .toy.warmstart import default_cache_root
@@ -63,8 +93,9 @@ def check_model_name_or_path(name_or_path: str) -> None:
     if not name_or_path:
         raise ValueError("No model given: pass a hub id, a local directory, or 'toy:base'.")
     if name_or_path.startswith(TOY_PREFIX):
-        if name_or_path not in TOY_MODELS:
+        if name_or_path.split("?")[0] not in TOY_MODELS:
             raise ValueError(f"Unknown toy model {name_or_path!r}. Use one of {sorted(TOY_MODELS)}.")
+        parse_toy_name(name_or_path)
         return
     path = os.path.expanduser(name_or_path)
     if os.path.isdir(path):
@@ -130,11 +161,14 @@ def is_network_error(error: BaseException) -> bool:
 
 
 def _load_toy_dataset(name: str):
-    if name == "toy:arithmetic":
+    if name.split("?")[0] not in TOY_DATASETS:
+        raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
+    stem, options = parse_toy_name(name)
+    if stem == "toy:arithmetic":
         from .toy.task import make_task_datasets
 
-        return make_task_datasets()
-    if name == "toy:preference":
+        return make_task_datasets(**options)
+    if stem == "toy:preference":
         from .toy.preference import load_toy_dataset
 
         return load_toy_dataset(name)
@@ -147,8 +181,9 @@ def check_dataset_name(name: str) -> None:
     if not name:
         raise ValueError(f"No dataset given: pass a hub id, a local file or folder, or one of {sorted(TOY_DATASETS)}.")
     if name.startswith(TOY_PREFIX):
-        if name not in TOY_DATASETS:
+        if name.split("?")[0] not in TOY_DATASETS:
             raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
+        parse_toy_name(name)
         return
     if name.startswith(REASONING_GYM_PREFIX):
         from .tasks.reasoning_gym import parse_name

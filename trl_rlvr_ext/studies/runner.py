@@ -55,12 +55,17 @@ class Arm:
 
     ``peft`` (keyword arguments of `peft.LoraConfig`) trains a LoRA adapter instead of every weight; ``config`` then
     names its initialiser (``lora_init``). A study with its own ``run_one`` reads ``config`` its own way.
+
+    ``same_updates_as`` names an arm whose same-seed run (finished first, in the same ``out_dir``) sets this arm's
+    ``max_steps``: the optimizer updates that run made. A curation arm that skips steps trains less than its baseline;
+    this arm is the baseline at the same budget.
     """
 
     name: str
     train: bool = True
     config: dict = dataclasses.field(default_factory=dict)
     peft: dict | None = None
+    same_updates_as: str = ""  # another arm: train for the optimizer updates its same-seed run made (`updates_made`)
 
 
 @dataclasses.dataclass
@@ -225,6 +230,30 @@ def common_training_settings(run_dir: Path, sizes: StudySizes, seed: int) -> dic
     }
 
 
+def updates_made(result: dict) -> int:
+    """The optimizer updates a run made: its ``max_steps`` less the steps its curation skipped (the cumulative
+    ``curation/skipped_steps`` of its last log entry; 0 without curation)."""
+    skipped = [e["curation/skipped_steps"] for e in result.get("train_log", []) if "curation/skipped_steps" in e]
+    max_steps = (result.get("grpo_config") or {}).get("max_steps", result["sizes"]["max_steps"])
+    return int(max_steps - (skipped[-1] if skipped else 0))
+
+
+def same_budget_arm(out_dir: Path, task: StudyTask, arm: Arm, seed: int) -> tuple[Arm, dict]:
+    """``arm`` with ``max_steps`` set to the updates of its ``same_updates_as`` arm's same-seed run, and the budget
+    record ``{"same_updates_as": name, "updates": n}``. Fails naming the run to make first."""
+    done = finished_result(out_dir, task, Arm(arm.same_updates_as), seed)
+    if done is None:
+        raise ValueError(
+            f"Arm {arm.name!r} trains for as many updates as {arm.same_updates_as!r} made on seed {seed}, which has "
+            f"not run in {out_dir}/{task.name}: run --arms {arm.same_updates_as} first (or list it before {arm.name})."
+        )
+    updates = updates_made(done)
+    if updates < 1:
+        raise ValueError(f"{arm.same_updates_as!r} seed {seed} made no update: there is no budget to match.")
+    budget = {"same_updates_as": arm.same_updates_as, "updates": updates}
+    return dataclasses.replace(arm, config={**arm.config, "max_steps": updates}), budget
+
+
 def finished_result(out_dir: Path, task: StudyTask, arm: Arm, seed: int) -> dict | None:
     """The ``result.json`` of a finished run, ``None`` if the run has not finished (the file is written last)."""
     path = out_dir / task.name / arm.name / f"seed{seed}" / "result.json"
@@ -298,7 +327,9 @@ def run_one(
     splits, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick)
     model, tokenizer, boundary, log_history, config = base_path, None, [], [], None
     train_seconds = 0.0
-    parameters, lora_init = None, None
+    parameters, lora_init, budget = None, None, None
+    if arm.same_updates_as:
+        arm, budget = same_budget_arm(out_dir, task, arm, seed)
     if arm.train:
         from transformers import AutoTokenizer
 
@@ -345,6 +376,7 @@ def run_one(
         "peft": arm.peft,
         "parameters": parameters,
         "lora_init": lora_init,
+        **({"budget": budget} if budget is not None else {}),
     }
     result = evaluate_and_record(
         study,
@@ -662,6 +694,11 @@ def run_study(
         unknown = sorted(set(chosen or []) - set(known))
         if unknown:
             raise ValueError(f"Unknown {kind}(s) {unknown} for study {study.name!r}: choose from {sorted(known)}.")
+    order = list(arms or study.arms)
+    for index, name in enumerate(order):
+        source = study.arms[name].same_updates_as
+        if source and source in order[index:]:  # its budget must be known before it starts
+            raise ValueError(f"Arm {name!r} matches the updates of {source!r}: list {source!r} before it.")
     seeds = [0, 1, 2] if seeds is None else list(seeds)
     if not seeds:
         raise ValueError("No seeds: give at least one.")

@@ -1,12 +1,16 @@
 """The ``self`` study: SELF's claims (https://huggingface.co/papers/2510.02230) on the toy and reasoning-gym tasks.
 
 Arms: the base model; stock GRPO; GRPO with ``curation="self"`` (train only on prompts the greedy answer gets wrong);
-GRPO with ``curation="pass_rate"``. Tasks: the embedded toy (``toy:arithmetic``) and the reasoning-gym presets of
+GRPO with ``curation="pass_rate"``; stock GRPO stopped after as many updates as the same-seed SELF run made
+(``grpo_same_budget``: SELF skips steps whose batch it drops whole, so it trains less). Tasks: the embedded toy
+(``toy:arithmetic``), the toy at nine digits (``toy9``, see `TOY9`) and the reasoning-gym presets of
 `trl_rlvr_ext.studies.gym_bases` (each with its own warm-started base), the latter needing the ``[gym]`` extra.
 With ``quick``, every task starts from the randomly initialised tiny model instead (a smoke run).
 """
 
-from .runner import Arm, Study, StudyTask
+import statistics
+
+from .runner import Arm, Column, Study, StudyTask, updates_made
 from .verdicts import Claim
 
 
@@ -67,6 +71,37 @@ CLAIMS = [
     ),
 ]
 
+CLAIMS.insert(
+    4,
+    Claim(
+        "3b. SELF keeps pass@256 above GRPO's at the same number of updates",
+        arm="self",
+        baseline="grpo_same_budget",
+        metric="pass@256",
+        smallest_effect=0.03,
+        reason="claim 3 without its budget confound: SELF skips steps, so GRPO stopped after as many updates as the "
+        "same-seed SELF run made is its baseline at equal budget; the same 3 points",
+    ),
+)
+
+# The boundary task, declared (with its seeds and command) before any of its runs. On the 3-digit toy and the
+# reasoning-gym presets a policy that knows the task's structure but not the skill reaches pass@256 = 1.000 (the
+# trivial baselines: random carries, shuffled copies, random signs), so no boundary claim can be judged there. At
+# nine digits the random-carries policy hits one pattern in 2^9 per sample (pass@256 about 0.4), while the base,
+# which only drops carries (each with the warm start's chance 0.6), needs about 0.4^c for c carries. Every setting
+# is the toy's default (warm start, lr 5e-5, 100 steps as the other tasks' main setting); nothing was chosen on
+# any run of it.
+TOY9 = "toy:arithmetic?min_digits=9&max_digits=9"
+TOY9_SEEDS = (0, 1, 2, 3, 4)
+TOY9_ARMS = ("base", "grpo", "self", "pass_rate", "grpo_same_budget")
+TOY9_COMMAND = (
+    "trl-rlvr-ext study self --tasks toy9 --arms "
+    + ",".join(TOY9_ARMS)
+    + " --seeds "
+    + ",".join(map(str, TOY9_SEEDS))
+    + " --max_steps 100 --out_dir <dir>"
+)
+
 # Warm-start steps of the reasoning-gym bases (see trl_rlvr_ext.studies.gym_bases; cached by their settings),
 # chosen for a wide spread of per-problem pass rates (measured: see describe_base). The mixture learns two skills
 # and needs more steps for the same spread.
@@ -83,6 +118,21 @@ def _toy_base(quick: bool) -> str:
     from ..data import resolve_model_name_or_path
 
     return resolve_model_name_or_path("toy:tiny" if quick else "toy:base")
+
+
+def _toy9_base(quick: bool) -> str:
+    from ..data import resolve_model_name_or_path
+
+    return resolve_model_name_or_path("toy:tiny" if quick else "toy:base" + TOY9[len("toy:arithmetic") :])
+
+
+def _kept_prompts(result: dict) -> float | None:
+    """Prompts trained on per generation batch: the mean of ``curation/kept_prompts`` over the logs of a curation
+    arm, every prompt of the batch for an arm without curation, nothing for an untrained arm."""
+    if not result.get("train_log"):
+        return None
+    kept = [e["curation/kept_prompts"] for e in result["train_log"] if "curation/kept_prompts" in e]
+    return statistics.fmean(kept) if kept else float(result["sizes"]["num_prompts"])
 
 
 def _gym_base(preset: str):
@@ -121,11 +171,18 @@ def make_study() -> Study:
         # "<answer>['9.0', '25.0', '83.0']</answer>" + EOS = 42 tokens
         "number_sorting": _gym_task("number_sorting", "number_sorting", 44),
         "mixture": _gym_task("mixture", "chain_sum+number_sorting", 44),
+        # "[" + 10 digits + "]" + EOS
+        "toy9": StudyTask("toy9", TOY9, "toy_accuracy", _toy9_base, _toy_gold, 13),
     }
     arms = {
         "base": Arm("base", train=False),
         "grpo": Arm("grpo"),
         "self": Arm("self", config={"curation": "self", "curation_id_column": "idx"}),
         "pass_rate": Arm("pass_rate", config={"curation": "pass_rate", "curation_id_column": "idx"}),
+        "grpo_same_budget": Arm("grpo_same_budget", same_updates_as="self"),
     }
-    return Study("self", CLAIM, tasks, arms, claims=CLAIMS)
+    columns = [
+        Column("updates made", lambda r: updates_made(r) if r.get("train_log") else None, 0),
+        Column("prompts trained per batch", _kept_prompts, 1),
+    ]
+    return Study("self", CLAIM, tasks, arms, columns=columns, claims=CLAIMS)

@@ -76,13 +76,18 @@ def dataset_task(dataset: str, reward: str | None = None, base_model: str | None
             return f"<answer>{row['answer']}</answer>"
 
         base, reward = warm_started, reward or "reasoning_gym"
-    elif dataset == "toy:arithmetic":
+    elif dataset.split("?")[0] == "toy:arithmetic":
+        from ..data import parse_toy_name
         from ..toy.task import format_completion
+
+        # the base is warm-started on the task's own digit range (toy:base with the same options)
+        toy_base_name = "toy:base" + dataset[len("toy:arithmetic") :]
+        parse_toy_name(dataset)
 
         def toy_base(quick: bool) -> str:
             from ..data import resolve_model_name_or_path
 
-            return base_model or resolve_model_name_or_path("toy:tiny" if quick else "toy:base")
+            return base_model or resolve_model_name_or_path("toy:tiny" if quick else toy_base_name)
 
         def gold(row: dict) -> str:
             return format_completion(row["answer"])
