@@ -8,7 +8,14 @@ from test_grpo_trainer import _assert_same_run, _step_logs, _train
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
-from trl_rlvr_ext.losses import RATIO_PERCENTILES, clipped_counts, ratio_percentiles
+from trl_rlvr_ext.losses import (
+    CLIPPED_HIGH_EDGES,
+    CLIPPED_LOW_EDGES,
+    RATIO_PERCENTILES,
+    clipped_counts,
+    clipped_ratio_histogram,
+    ratio_percentiles,
+)
 from trl_rlvr_ext.losses.acpo import acpo_bin_index
 
 
@@ -30,6 +37,22 @@ def test_clipped_counts_hand_computed():
     counts = clipped_counts(clipped_low, clipped_high, acpo_bin_index(probs, select, 3), 3)
     # bins [0, 1/3), [1/3, 2/3), [2/3, 1]; last column: all bins
     assert counts.tolist() == [[2, 1, 2, 5], [1, 0, 0, 1], [0, 1, 1, 2]]
+
+
+def test_clipped_ratio_histogram_hand_computed():
+    # low side, bound 0.5: r / 0.5 = 0.1, 0.5 (an edge: the upper bin), 0.6, 0.92, 0.98; one token not clipped
+    ratio = torch.tensor([[0.05, 0.25, 0.3, 0.46, 0.49, 0.1]])
+    clipped = torch.tensor([[True, True, True, True, True, False]])
+    counts = clipped_ratio_histogram(ratio, clipped, 0.5, CLIPPED_LOW_EDGES)
+    assert counts.tolist() == [1, 0, 2, 0, 2]
+    # high side, per-token bounds (ACPO): r / bound = 1.05, 1.2, 3.0 (past the last finite edge), 1.5 (an edge)
+    ratio = torch.tensor([[1.05, 2.4, 3.0, 3.0]])
+    bound = torch.tensor([[1.0, 2.0, 1.0, 2.0]])
+    counts = clipped_ratio_histogram(ratio, torch.ones_like(ratio, dtype=torch.bool), bound, CLIPPED_HIGH_EDGES)
+    assert counts.tolist() == [1, 1, 0, 1, 1] and counts.dtype == torch.float64
+    assert (
+        clipped_ratio_histogram(ratio, torch.zeros_like(ratio, dtype=torch.bool), 1.28, CLIPPED_HIGH_EDGES).sum() == 0
+    )
 
 
 def _diag(**overrides):
@@ -72,8 +95,15 @@ def test_diagnostics_leave_stock_trl_unchanged_and_log_what_they_measure(tiny_mo
         assert log["off_policy/clipped_low_frac"] >= log["clip_ratio/low_mean"] - 1e-9
         values = [log[f"off_policy/ratio_p{p}"] for p in RATIO_PERCENTILES]
         assert values == sorted(values)
+        # the histograms count exactly the selected clipped tokens, by r / bound
+        for side, bound, edges in (("low", 0.8, CLIPPED_LOW_EDGES), ("high", 1.28, CLIPPED_HIGH_EDGES)):
+            clipped = masks[f"clipped_{side}"] & select
+            counts = [log[f"off_policy/clipped_{side}_hist{k}"] for k in range(len(edges) - 1)]
+            assert counts == clipped_ratio_histogram(diagnostics["ratio"], clipped, bound, edges).tolist()
+            assert sum(counts) == clipped.sum().item()
     assert max(log["off_policy/ratio_p99"] for log in logs) > 1.2  # the rollout was reused: ratios moved
     assert max(log["off_policy/clipped_high_frac"] + log["off_policy/clipped_low_frac"] for log in logs) > 0
+    assert sum(log[f"off_policy/clipped_{side}_hist{k}"] for log in logs for side in ("low", "high") for k in range(5))
 
 
 def test_diagnostics_with_acpo_count_against_acpos_bounds(tiny_model_path, tmp_path):
@@ -92,6 +122,9 @@ def test_diagnostics_with_acpo_count_against_acpos_bounds(tiny_model_path, tmp_p
     for log in logs:
         assert log["off_policy/clipped_high_frac"] >= log["adaptive_clip/clip_ratio_high"] - 1e-9
         assert log["off_policy/clipped_low_frac"] >= log["adaptive_clip/clip_ratio_low"] - 1e-9
+        # the histograms count ACPO's clipped tokens (relative to its per-token bounds): some exactly when some are
+        high = sum(log[f"off_policy/clipped_high_hist{k}"] for k in range(5))
+        assert (high > 0) == (log["off_policy/clipped_high_frac"] > 0)
         bins = [k for k in range(5) if f"off_policy/ratio_p50_bin{k}" in log]
         assert bins and all(f"off_policy/clipped_high_frac_bin{k}" in log for k in bins)
     assert max(sum(f"off_policy/ratio_p50_bin{k}" in log for k in range(5)) for log in logs) >= 3

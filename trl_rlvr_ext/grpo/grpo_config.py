@@ -106,8 +106,11 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             advantage, the percentiles 1, 10, 50, 90, 99 of the importance ratio (`off_policy/ratio_p{p}`) and the
             shares clipped below and above (`off_policy/clipped_{low,high}_frac`, against the clip in use: TRL's
             epsilons or ACPO's bounds), overall and per probability bin (`_bin{k}`, the `adaptive_clip_num_bins`
-            equal-width bins of π_θ), over all processes; and `off_policy/update_index`, the micro-step's position in
-            its rollout (0 .. steps_per_generation·num_iterations − 1). For loss types with a hard clip at token level.
+            equal-width bins of π_θ), over all processes; how far past its bound each clipped token is, as counts per
+            bin of r / (1 − ε_low) (`off_policy/clipped_low_hist{k}`, edges `CLIPPED_LOW_EDGES` 0, .25, .5, .75, .9, 1)
+            and of r / (1 + ε_high) (`off_policy/clipped_high_hist{k}`, edges 1, 1.1, 1.25, 1.5, 2, ∞); and
+            `off_policy/update_index`, the micro-step's position in its rollout (0 .. steps_per_generation·
+            num_iterations − 1). For loss types with a hard clip at token level.
             Off by default here (options off: stock TRL's metrics); the command line `trl-rlvr-ext grpo` turns it on
             for a run that reuses its rollouts, unless the recipe or a flag sets it (`--off_policy_diagnostics false`).
 

@@ -15,7 +15,14 @@ from .._trl import load_copy
 from ..losses.acpo import acpo_bin_index, acpo_bins
 from ..losses.clip_recovery import clip_recovery_objective
 from ..losses.delta import delta_token_weights, delta_weight_stats
-from ..losses.off_policy import RATIO_PERCENTILES, clipped_counts, ratio_percentiles
+from ..losses.off_policy import (
+    CLIPPED_HIGH_EDGES,
+    CLIPPED_LOW_EDGES,
+    RATIO_PERCENTILES,
+    clipped_counts,
+    clipped_ratio_histogram,
+    ratio_percentiles,
+)
 from ..losses.ppo import ppo_clipped_objective
 from ..rewards.guard import guard_reward_funcs
 from .checkpoint_state import CheckpointState, CheckpointStateMixin
@@ -176,7 +183,13 @@ class RLVRGRPOTrainer(
         diagnostics = None
         if self.args.off_policy_diagnostics:
             probs = torch.exp(per_token_logps.detach())
-            diagnostics = {"ratio": ratio.detach(), "advantages": advantages, "probs": probs, "mask": mask}
+            diagnostics = {
+                "ratio": ratio.detach(),
+                "advantages": advantages,
+                "probs": probs,
+                "mask": mask,
+                "bounds": {"low": 1 - epsilon_low, "high": 1 + epsilon_high},  # ACPO's: per token
+            }
         return -surrogate, {"masks": masks, "acpo": acpo, "diagnostics": diagnostics}
 
     def _acpo_bins(self, per_token_logps: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor):
@@ -259,6 +272,13 @@ class RLVRGRPOTrainer(
             if tokens[k] > 0:
                 self._metrics[mode][f"off_policy/clipped_low_frac{suffix}"].append(low[k] / tokens[k])
                 self._metrics[mode][f"off_policy/clipped_high_frac{suffix}"].append(high[k] / tokens[k])
+        # how far past its bound each clipped token is: counts per bin of r / bound, summed over processes (a
+        # micro-step's counts; their mean over a logging window, times its steps, is the window's count)
+        for side, edges in (("low", CLIPPED_LOW_EDGES), ("high", CLIPPED_HIGH_EDGES)):
+            clipped = masks[f"clipped_{side}"] & select
+            histogram = clipped_ratio_histogram(ratio, clipped, diagnostics["bounds"][side], edges)
+            for k, count in enumerate(self.accelerator.reduce(histogram, reduction="sum").tolist()):
+                self._metrics[mode][f"off_policy/clipped_{side}_hist{k}"].append(count)
         if mode == "train":  # TRL's `_step` (micro-steps so far) is incremented after the loss of this one
             cycle = args.steps_per_generation * self.num_iterations
             self._metrics[mode]["off_policy/update_index"].append(float(self._step % cycle))

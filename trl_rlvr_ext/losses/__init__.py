@@ -4,12 +4,21 @@ from .acpo import ACPO_PAPER_SETTINGS, AcpoBins, acpo_bins, acpo_clip_bounds
 from .clip_recovery import clip_recovery_objective, nsr_expected_weight, nsr_rescue_probability
 from .delta import DELTA_PAPER_SETTINGS, DeltaWeights, delta_token_weights, delta_weight_stats
 from .is_daa import is_daa_clip, is_daa_log_weights, is_daa_weight_stats, is_daa_weights
-from .off_policy import RATIO_PERCENTILES, clipped_counts, ratio_percentiles
+from .off_policy import (
+    CLIPPED_HIGH_EDGES,
+    CLIPPED_LOW_EDGES,
+    RATIO_PERCENTILES,
+    clipped_counts,
+    clipped_ratio_histogram,
+    ratio_percentiles,
+)
 from .ppo import ppo_clipped_objective
 
 
 __all__ = [
     "ACPO_PAPER_SETTINGS",
+    "CLIPPED_HIGH_EDGES",
+    "CLIPPED_LOW_EDGES",
     "DELTA_PAPER_SETTINGS",
     "RATIO_PERCENTILES",
     "AcpoBins",
@@ -18,6 +27,7 @@ __all__ = [
     "acpo_clip_bounds",
     "clip_recovery_objective",
     "clipped_counts",
+    "clipped_ratio_histogram",
     "delta_token_weights",
     "delta_weight_stats",
     "is_daa_clip",
