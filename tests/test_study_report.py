@@ -194,3 +194,33 @@ def test_boundary_per_problem_counts_lost_and_gained_against_the_same_seed_base(
     table = boundary_block(page, setting, "toy", base + grpo)["boundary"]
     # seed 0 lost problem 0 and gained problems 2 and 3; seed 1 lost and gained nothing: net (1 + 0) / 2 / 4 problems
     assert "| grpo | 0,1 | 1 / 0 | 2 / 0 | +0.125 [" in table
+
+
+def test_clipped_ratio_histograms_sum_the_logged_counts_per_side():
+    from trl_rlvr_ext.studies.report import PAGES, clipped_ratio_block
+
+    page, setting = PAGES["nsr"], PAGES["nsr"].settings[0]
+    sizes = dict(setting.match)
+
+    def log(low, high):
+        return {
+            **{f"off_policy/clipped_low_hist{k}": v for k, v in enumerate(low)},
+            **{f"off_policy/clipped_high_hist{k}": v for k, v in enumerate(high)},
+        }
+
+    runs = [
+        # a fresh step (nothing clipped) and a replayed one; two seeds: the counts add up over steps and seeds
+        {
+            "arm": "none",
+            "seed": 3,
+            "sizes": sizes,
+            "train_log": [log([0] * 5, [0] * 5), log([1, 0, 0, 1, 2], [4, 0, 0, 0, 0])],
+        },
+        {"arm": "none", "seed": 4, "sizes": sizes, "train_log": [log([0, 0, 0, 0, 4], [0, 4, 0, 0, 0])]},
+        {"arm": "cispo", "seed": 3, "sizes": sizes, "train_log": [{"loss": 0.1}]},  # no diagnostics: no row
+    ]
+    text = clipped_ratio_block(page, setting, "toy", runs)["clipped_ratios"]
+    assert "| none (8 tokens, seeds 3,4) | 0.12 | 0.00 | 0.00 | 0.12 | 0.75 |" in text
+    assert "| none (8 tokens, seeds 3,4) | 0.50 | 0.50 | 0.00 | 0.00 | 0.00 |" in text
+    assert "cispo" not in text and "[0.9, 1)" in text and "[2, inf)" in text
+    assert clipped_ratio_block(page, setting, "toy", runs[2:]) == {}  # no run logs them: no block

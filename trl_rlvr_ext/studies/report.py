@@ -20,6 +20,7 @@ evidence summary of each method page. This module only reads records and formats
 
 import dataclasses
 import functools
+import itertools
 import json
 import re
 from collections.abc import Callable
@@ -156,6 +157,50 @@ def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[
     return {"boundary": "\n".join(lines)}
 
 
+def _edge_labels(edges: tuple[float, ...]) -> list[str]:
+    return [f"[{lo:g}, {hi:g})" for lo, hi in itertools.pairwise(edges)]
+
+
+def clipped_ratio_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
+    """How far past its bound each clipped token is (the off-policy diagnostics' histograms, ``off_policy/clipped_
+    {low,high}_hist{k}``): per arm and side, the clipped tokens with a training signal counted over every logged
+    step and seed of the runs that log them, and their share per bin of r / bound. Fresh-batch steps (r ≡ 1) add
+    nothing to a count. No block where no run logs them."""
+    from ..losses.off_policy import CLIPPED_HIGH_EDGES, CLIPPED_LOW_EDGES
+
+    sides = (
+        ("low", "r / (1 − ε_low), A < 0", CLIPPED_LOW_EDGES),
+        ("high", "r / (1 + ε_high), A > 0", CLIPPED_HIGH_EDGES),
+    )
+    lines = []
+    for side, label, edges in sides:
+        rows = []
+        for arm in _arm_order(page, records):
+            runs = [r for r in records if r["arm"] == arm and setting.matches(r)]
+            keys = [f"off_policy/clipped_{side}_hist{k}" for k in range(len(edges) - 1)]
+            logged = [r for r in runs if any(keys[0] in e for e in r.get("train_log", []))]
+            if not logged:
+                continue
+            counts = np.array(
+                [[e.get(key, 0.0) for key in keys] for r in logged for e in r["train_log"] if keys[0] in e]
+            )
+            total = counts.sum(0)
+            shares = total / total.sum() if total.sum() else total
+            seeds = ",".join(str(r["seed"]) for r in sorted(logged, key=lambda r: r["seed"]))
+            rows.append([f"{arm} ({total.sum():.0f} tokens, seeds {seeds})", *(f"{v:.2f}" for v in shares)])
+        if rows:
+            lines += [f"Clipped on the {side} side, share per bin of {label}:", ""]
+            lines += _table(["arm", *_edge_labels(edges)], rows) + [""]
+    if not lines:
+        return {}
+    lines.append(
+        "Tokens: the clipped tokens with a non-zero advantage, summed over every step and the seeds listed (seeds "
+        "without the diagnostics are left out). A share near the bound (the low side's last bin, the high side's "
+        "first) is a token just past the clip."
+    )
+    return {"clipped_ratios": "\n".join(lines)}
+
+
 def _reward_ratio(last: Callable[[dict], float | None]) -> Callable[[dict], float | None]:
     """``last(record)`` over the first logged training reward: the quantity a collapse rule compares with 0.5."""
 
@@ -221,6 +266,7 @@ PAGES = {
         ),
         "NSR",
         columns=(Column("last / first reward (collapse below 0.5)", _reward_ratio(_last("reward")), 3),),
+        extra_blocks=clipped_ratio_block,
     ),
     "is_dpo": Page(
         "is_dpo",
