@@ -123,9 +123,12 @@ EXTENSION_RUNS = {"toy": ["updates16", "updates2"], "number_sorting": ["updates1
 # The main design (lr 3e-4, no --setting) ran seeds 0-2 on toy, chain_sum and number_sorting. Seeds 3 and 4 complete
 # it to the five seeds every headline comparison needs; declared here before their runs, with the design unchanged
 # (same arms, sizes and claims). Their hard-clip arms log the off-policy diagnostics (metrics only, the loss is the
-# same to the bit), hence the clipped-ratio histograms that seeds 0-2 lack.
+# same to the bit), hence the clipped-ratio histograms that seeds 0-2 lack. (The first launch omitted --arms, so it
+# also started the extension's arms at lr 3e-4: their runs were deleted unexported, and the five main arms' runs it
+# finished keep that launch's command.)
 MAIN_SEEDS = [0, 1, 2, 3, 4]
-MAIN_ADDED_COMMAND = "trl-rlvr-ext study nsr --seeds 3,4 --out_dir <dir>"
+MAIN_ARMS = ["none", "nsr", "nsr_expected", "cispo", "sapo"]
+MAIN_ADDED_COMMAND = "trl-rlvr-ext study nsr --arms " + ",".join(MAIN_ARMS) + " --seeds 3,4 --out_dir <dir>"
 
 # The pre-declared comparisons the evidence page judges (trl_rlvr_ext.studies.verdicts), on every task and setting
 # where both arms ran. "NSR stabilises training" is not among them: its indicator (`collapsed`) is one number per run,

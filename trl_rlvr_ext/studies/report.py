@@ -63,7 +63,8 @@ class PageSetting:
 @dataclasses.dataclass(frozen=True)
 class Page:
     """An evidence page: its study, its markdown file, its settings and any columns of its own (``columns``, after the
-    study's) and blocks of its own (``extra_blocks(page, setting, task, records) -> {block suffix: markdown}``)."""
+    study's) and blocks of its own, per task and setting (``extra_blocks(page, setting, task, records) -> {block
+    suffix: markdown}``) and per page (``page_blocks(page, {setting name: records}) -> {block suffix: markdown}``)."""
 
     study: str
     path: str
@@ -71,6 +72,7 @@ class Page:
     label: str
     columns: tuple[Column, ...] = ()
     extra_blocks: Callable | None = None
+    page_blocks: Callable | None = None  # page_blocks(page, {setting: records}) -> {block suffix: markdown}
 
 
 def _first(key: str) -> Callable[[dict], float | None]:
@@ -157,6 +159,52 @@ def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[
     return {"boundary": "\n".join(lines)}
 
 
+def mechanism_blocks(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
+    """The SELF page's blocks per task and setting: the boundary per problem (`boundary_block`) and the change of
+    pass@1 per group of problems by independent base pass rate, with the unbiased winner-take-all
+    (`trl_rlvr_ext.studies.mechanisms`)."""
+    from . import get_study
+    from .mechanisms import quintile_table_markdown
+
+    blocks = boundary_block(page, setting, task, records)
+    study = get_study(page.study)
+    bases = [r for r in records if r["arm"] == "base"]
+    trained = [r for r in records if not _is_untrained(study, r["arm"]) and setting.matches(r)]
+    if len({r["seed"] for r in bases}) >= 2 and trained:
+        blocks["groups"] = quintile_table_markdown(trained, bases)
+    return blocks
+
+
+def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[dict]]) -> dict[str, str]:
+    """The SELF page's test of the mechanisms by prediction: over every (task, setting, trained arm) unit with at
+    least 2 seeds, does more of a mechanism metric go with a lower pass@n change? (`mechanisms.prediction`)."""
+    from .mechanisms import prediction, prediction_table_markdown, units_from_records
+
+    units = []
+    for setting in page.settings:
+        records = [r for r in settings_records[setting.name] if not r["arm"].startswith(TRIVIAL_PREFIX)]
+        units += units_from_records(records, [(setting.name, dict(setting.match))])
+    metrics = ("winner_take_all", "interference_frac", "probe_winner_take_all")
+    table = prediction_table_markdown([prediction(units, metric) for metric in metrics])
+    rows = [
+        _row(
+            [
+                u["task"],
+                u["setting"],
+                u["arm"],
+                ",".join(map(str, u["seeds"])),
+                f"{u['winner_take_all']:+.3f}",
+                f"{u['interference_frac']:.3f}",
+                f"{u['shrink']:+.3f}",
+            ]
+        )
+        for u in units
+    ]
+    header = ["task", "setting", "arm", "seeds", "winner_take_all", "interference_frac", "Δpass@n"]
+    unit_table = "\n".join([_row(header), "|" + "---|" * len(header), *rows])
+    return {"mechanisms": table, "mechanism_units": unit_table}
+
+
 def _edge_labels(edges: tuple[float, ...]) -> list[str]:
     return [f"[{lo:g}, {hi:g})" for lo, hi in itertools.pairwise(edges)]
 
@@ -235,7 +283,8 @@ PAGES = {
             ),
         ),
         "SELF",
-        extra_blocks=boundary_block,
+        extra_blocks=mechanism_blocks,
+        page_blocks=mechanism_prediction_block,
     ),
     "nsr": Page(
         "nsr",
@@ -777,6 +826,10 @@ def render_study(name: str, root: Path) -> tuple[dict[str, str], list[Part]]:
                 for suffix, text in page.extra_blocks(page, setting, task, rows).items():
                     blocks[f"{prefix}:{suffix}"] = text
         parts += judge_parts(name, study, setting, records)
+    if page.page_blocks is not None:
+        all_records = {setting.name: setting_records(study, setting, root) for setting in page.settings}
+        for suffix, text in page.page_blocks(page, all_records).items():
+            blocks[f"{name}:{suffix}"] = text
     blocks[f"{name}:claims"] = claims_table(parts)
     blocks[f"{name}:commands"] = commands_block(by_setting)
     blocks[f"{name}:splits"] = splits_block(by_setting)
@@ -854,10 +907,12 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
     unknown = sorted(set(names) - set(PAGES))
     if unknown:
         raise ValueError(f"Unknown studies {unknown}: choose from {sorted(PAGES)}.")
-    out, all_parts = {}, {}
+    out, all_parts, index_blocks = {}, {}, {}
     for name, page in PAGES.items():  # every study's claims: the index needs them all
         blocks, parts = render_study(name, root)
         all_parts[name] = parts
+        # the index repeats the SELF page's mechanism verdicts (judged by prediction, not a paired claim)
+        index_blocks.update({f"index:{k.split(':', 1)[1]}": v for k, v in blocks.items() if k == f"{name}:mechanisms"})
         if name in names:
             path = page.path
             text = (root / path).read_text()
@@ -865,7 +920,8 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
             if missing:
                 raise ValueError(f"{path}: place these rendered blocks: {missing}.")
             out[path] = fill(text, blocks, path)
-    out[INDEX] = fill((root / INDEX).read_text(), {"index:verdicts": index_table(all_parts)}, INDEX)
+    index_blocks["index:verdicts"] = index_table(all_parts)
+    out[INDEX] = fill((root / INDEX).read_text(), index_blocks, INDEX)
     for summary in METHOD_SUMMARIES:
         if summary.study in names:
             text = (root / summary.path).read_text()
