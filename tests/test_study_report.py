@@ -224,3 +224,21 @@ def test_clipped_ratio_histograms_sum_the_logged_counts_per_side():
     assert "| none (8 tokens, seeds 3,4) | 0.50 | 0.50 | 0.00 | 0.00 | 0.00 |" in text
     assert "cispo" not in text and "[0.9, 1)" in text and "[2, inf)" in text
     assert clipped_ratio_block(page, setting, "toy", runs[2:]) == {}  # no run logs them: no block
+
+
+def test_stability_applies_the_margin_to_every_seed_of_every_rate():
+    from trl_rlvr_ext.studies.lora_init_study import STABLE_MARGIN, stable
+    from trl_rlvr_ext.studies.report import PAGES, stability_block
+
+    assert STABLE_MARGIN == 0.05
+    assert stable({"pass_at_k": {"1": 0.36}}, 0.40) and not stable({"pass_at_k": {"1": 0.34}}, 0.40)
+    page, setting = PAGES["lora_init"], PAGES["lora_init"].settings[0]
+    log = [{"reward": 0.5}]
+    records = [{"arm": "base", "seed": s, "pass_at_k": {"1": v}} for s, v in ((0, 0.38), (1, 0.42))]  # mean 0.40
+    records += [
+        {"arm": "lora@5e-4", "seed": s, "pass_at_k": {"1": v}, "train_log": log} for s, v in ((0, 0.45), (1, 0.30))
+    ]
+    records += [{"arm": "rlmo@5e-4", "seed": 0, "pass_at_k": {"1": 0.36}, "train_log": log}]
+    table = stability_block(page, setting, "number_sorting", records)["stability"]
+    assert "| lora@5e-4 | 0,1 | 0.450 / 0.300 | +0.100 | **no** |" in table  # one seed past the margin fails it
+    assert "| rlmo@5e-4 | 0 | 0.360 | +0.040 | yes |" in table and "Base pass@1: 0.400" in table

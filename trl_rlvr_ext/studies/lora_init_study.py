@@ -199,6 +199,18 @@ def collapsed(result: dict) -> float | None:
     return float(rewards[0] > 0 and final_reward(result) < COLLAPSE_FRACTION * rewards[0])
 
 
+# "Stable" (claim 3) with a margin: a run is stable when its held-out pass@1 is at most `STABLE_MARGIN` below the mean
+# pass@1 of the base's seeds; a method is stable at a rate when every run there is. Defined after the sweep's records
+# were seen (the audit had named RLMO at 5e-3), so the page labels it exploratory; 5 points is about twice the spread
+# of a trained arm's pass@1 over seeds here, so a drop past it is not evaluation noise.
+STABLE_MARGIN = 0.05
+
+
+def stable(result: dict, base_pass1: float) -> bool:
+    """Whether the run's held-out pass@1 is at most `STABLE_MARGIN` below ``base_pass1`` (the base's mean)."""
+    return base_pass1 - result["pass_at_k"]["1"] <= STABLE_MARGIN
+
+
 def reward_change(result: dict) -> float | None:
     """The final reward minus the first logged reward (the starting model's rollouts; negative: the reward fell)."""
     rewards = _rewards(result)

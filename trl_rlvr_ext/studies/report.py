@@ -205,6 +205,33 @@ def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[di
     return {"mechanisms": table, "mechanism_units": unit_table}
 
 
+def stability_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
+    """The LoRA page's "stable" with a margin (`lora_init_study.stable`), at every rate of the sweep: per trained arm,
+    each seed's held-out pass@1, the largest drop below the base's mean, and whether every seed stayed within the
+    margin."""
+    from .lora_init_study import STABLE_MARGIN, stable
+
+    bases = [r["pass_at_k"]["1"] for r in records if r["arm"] == "base"]
+    if not bases:
+        return {}
+    base = float(np.mean(bases))
+    rows = []
+    for arm in _arm_order(page, records):
+        runs = sorted((r for r in records if r["arm"] == arm and r.get("train_log")), key=lambda r: r["seed"])
+        if not runs:
+            continue
+        cells = " / ".join(f"{r['pass_at_k']['1']:.3f}" for r in runs)
+        drop = max(base - r["pass_at_k"]["1"] for r in runs)
+        verdict = "yes" if all(stable(r, base) for r in runs) else "**no**"
+        rows.append([arm, ",".join(str(r["seed"]) for r in runs), cells, f"{drop:+.3f}", verdict])
+    lines = _table(["arm", "seeds", "pass@1 per seed", "largest drop below the base (negative: above it)", "stable"], rows)
+    lines += [
+        "",
+        f"Base pass@1: {base:.3f} (mean of its seeds). Stable: every seed's pass@1 at most {STABLE_MARGIN:.2f} below it.",
+    ]
+    return {"stability": "\n".join(lines)}
+
+
 def _edge_labels(edges: tuple[float, ...]) -> list[str]:
     return [f"[{lo:g}, {hi:g})" for lo, hi in itertools.pairwise(edges)]
 
@@ -344,6 +371,7 @@ PAGES = {
         (PageSetting("main", "60 steps, each method's rate sweep", ("docs/evidence/data/lora_init.jsonl",)),),
         "RLPO / RLMO",
         columns=(Column("final / first reward (collapse below 0.5)", _reward_ratio(_lora_final_reward), 3),),
+        extra_blocks=stability_block,
     ),
 }
 INDEX = "docs/evidence/index.md"
