@@ -4,6 +4,7 @@ estimator by hand."""
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -152,6 +153,40 @@ def test_is_dpo_refuses_a_size_it_does_not_use(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- the dense setting
+def test_dense_runs_and_claims_are_declared_on_fresh_seeds():
+    from trl_rlvr_ext.scripts.study import make_parser
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.is_dpo_study import (
+        DENSE_ARMS,
+        DENSE_B01_ARMS,
+        DENSE_B01_COMMAND,
+        DENSE_COMMAND,
+        DENSE_SEEDS,
+        MATCHED_KL_CLAIMS,
+        MATCHED_KL_GRID,
+    )
+
+    study = get_study("is_dpo")
+    records = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "data" / "is_dpo.jsonl"
+    recorded = {json.loads(line)["seed"] for line in records.read_text().splitlines()}
+    assert recorded == {0, 1, 2} and not recorded & set(DENSE_SEEDS) and len(DENSE_SEEDS) == 5
+    for command, arms in ((DENSE_COMMAND, DENSE_ARMS), (DENSE_B01_COMMAND, DENSE_B01_ARMS)):
+        args = make_parser().parse_args(command.split()[2:])
+        assert (args.name, args.setting, args.tasks) == ("is_dpo", "dense", "number_sorting")
+        assert args.arms.split(",") == list(arms) and args.seeds == ",".join(map(str, DENSE_SEEDS))
+        assert set(arms) <= set(study.default_arms("dense"))
+    dense_claims = [c for c in study.claims if c.settings == ("dense",)]
+    assert {(c.arm, c.baseline) for c in dense_claims} == {
+        ("dpo_b0.01_es", "dpo_b0.01"),
+        ("dpo_b0.01_lr1e-5", "dpo_b0.01"),
+        ("isdpo_b0.01", "dpo_b0.01_es"),
+        ("isdpo_b0.01", "dpo_b0.01_lr1e-5"),
+    }
+    ran = set(DENSE_ARMS) | set(DENSE_B01_ARMS)
+    assert all({c.arm, c.baseline} <= ran for c in [*dense_claims, *MATCHED_KL_CLAIMS])
+    assert list(MATCHED_KL_GRID) == sorted(MATCHED_KL_GRID) and MATCHED_KL_GRID[0] > 0
+
+
 def test_probe_schedule_dense_start_then_every_probe_every():
     from trl_rlvr_ext.studies.is_dpo_study import RECORDS_FRONTIER, SETTINGS, FrontierSetting, probe_schedule
 
