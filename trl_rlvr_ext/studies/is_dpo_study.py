@@ -89,7 +89,8 @@ CLAIM = (
 # as a frontier (gold against KL) and gives no effect size in pass@1 units, so each has a smallest effect of interest.
 # Its main claim, a better frontier *at matched KL*, is not among them: the final models sit at different KL, and the
 # frontier points do not overlap densely enough to pair them (the page shows the points without a verdict). Claim 2
-# compares the arms at the same step budget instead, which is a different, weaker claim.
+# compares the arms at the same step budget instead, which is a different, weaker claim. The dense setting judges the
+# main claim too, by interpolation at declared KL values (MATCHED_KL_CLAIMS, trl_rlvr_ext.studies.frontier).
 _TWO_POINTS = "2 pass@1 points is the smallest change taken to matter (no pass@1 size in the paper)"
 _OVER_OPTIMISES = [
     (f"1a. DPO at β = {beta} ends below the base (over-optimisation)", f"dpo_b{beta}", "base") for beta in (0.01, 0.1)
