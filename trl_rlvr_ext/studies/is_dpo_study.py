@@ -454,8 +454,9 @@ def state_fingerprint(state: dict) -> str:
 
 class BestCheckpoint:
     """Early stopping: the model state at the best validation score observed so far, kept in memory (the study's
-    models are ~0.66 M parameters). A tie keeps the earlier step: a later step at the same score has moved further
-    from the reference for nothing. `restore` loads that state into the model and returns the record."""
+    models are ~0.66 M parameters). Step 0, the reference itself, is a candidate (stopping there is not training). A
+    tie keeps the earlier step: a later step at the same score has moved further from the reference for nothing.
+    `restore` loads that state into the model and returns the record."""
 
     def __init__(self, metric: str = "greedy_acc"):
         self.metric = metric
