@@ -1,8 +1,10 @@
 """The ``is_dpo`` study: ``trl-rlvr-ext study is_dpo --quick`` end to end, its shared data cache, resume, and the KL
 estimator by hand."""
 
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -115,10 +117,19 @@ def test_is_dpo_tasks_are_the_self_studys_with_the_same_cached_bases(monkeypatch
         )
         assert task.base_model(False) == twin.base_model(False) == "base"
         assert calls[-2] == calls[-1]  # the same warm-start settings, so the same cache entry
-    assert list(is_dpo.arms) == ["base", "dpo_b0.01", "isdpo_b0.01", "dpo_b0.1", "isdpo_b0.1"]
-    for name, arm in is_dpo.arms.items():
-        if name != "base":
-            assert arm.config == {"beta": float(name.split("_b")[1]), "importance_sampling": name.startswith("is")}
+    # the records' five arms are the defaults; the dense setting adds two better-tuned DPO baselines there only
+    assert is_dpo.default_arms(None) == list(ARMS) and list(is_dpo.arms)[:5] == list(ARMS)
+    assert is_dpo.default_arms("dense") == [*ARMS, "dpo_b0.01_lr1e-5", "dpo_b0.01_es"]
+    for name in ARMS[1:]:
+        assert is_dpo.arms[name].config == {
+            "beta": float(name.split("_b")[1]),
+            "importance_sampling": name.startswith("is"),
+        }
+        assert is_dpo.arms[name].settings == ()
+    dpo = {"beta": 0.01, "importance_sampling": False}
+    assert is_dpo.arms["dpo_b0.01_lr1e-5"].config == {**dpo, "learning_rate": 1e-5}
+    assert is_dpo.arms["dpo_b0.01_es"].config == {**dpo, "early_stopping": True}
+    assert {is_dpo.arms[name].settings for name in ("dpo_b0.01_lr1e-5", "dpo_b0.01_es")} == {("dense",)}
 
 
 def test_is_dpo_refuses_a_size_it_does_not_use(tmp_path, monkeypatch):
@@ -138,4 +149,177 @@ def test_is_dpo_refuses_a_size_it_does_not_use(tmp_path, monkeypatch):
                 "--out_dir",
                 str(tmp_path),
             ]
+        )
+
+
+# ---------------------------------------------------------------- the dense setting
+def test_dense_runs_and_claims_are_declared_on_fresh_seeds():
+    from trl_rlvr_ext.scripts.study import make_parser
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.is_dpo_study import (
+        DENSE_ARMS,
+        DENSE_B01_ARMS,
+        DENSE_B01_COMMAND,
+        DENSE_COMMAND,
+        DENSE_SEEDS,
+        MATCHED_KL_CLAIMS,
+        MATCHED_KL_GRID,
+    )
+
+    study = get_study("is_dpo")
+    records = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "data" / "is_dpo.jsonl"
+    recorded = {json.loads(line)["seed"] for line in records.read_text().splitlines()}
+    assert recorded == {0, 1, 2} and not recorded & set(DENSE_SEEDS) and len(DENSE_SEEDS) == 5
+    for command, arms in ((DENSE_COMMAND, DENSE_ARMS), (DENSE_B01_COMMAND, DENSE_B01_ARMS)):
+        args = make_parser().parse_args(command.split()[2:])
+        assert (args.name, args.setting, args.tasks) == ("is_dpo", "dense", "number_sorting")
+        assert args.arms.split(",") == list(arms) and args.seeds == ",".join(map(str, DENSE_SEEDS))
+        assert set(arms) <= set(study.default_arms("dense"))
+    dense_claims = [c for c in study.claims if c.settings == ("dense",)]
+    assert {(c.arm, c.baseline) for c in dense_claims} == {
+        ("dpo_b0.01_es", "dpo_b0.01"),
+        ("dpo_b0.01_lr1e-5", "dpo_b0.01"),
+        ("isdpo_b0.01", "dpo_b0.01_es"),
+        ("isdpo_b0.01", "dpo_b0.01_lr1e-5"),
+    }
+    ran = set(DENSE_ARMS) | set(DENSE_B01_ARMS)
+    assert all({c.arm, c.baseline} <= ran for c in [*dense_claims, *MATCHED_KL_CLAIMS])
+    assert list(MATCHED_KL_GRID) == sorted(MATCHED_KL_GRID) and MATCHED_KL_GRID[0] > 0
+
+
+def test_probe_schedule_dense_start_then_every_probe_every():
+    from trl_rlvr_ext.studies.is_dpo_study import RECORDS_FRONTIER, SETTINGS, FrontierSetting, probe_schedule
+
+    dense = SETTINGS["dense"]
+    assert (dense.dense_every, dense.dense_until, dense.validation_problems) == (2, 20, 100)
+    assert dense.probe_steps(120, 20) == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 40, 60, 80, 100, 120]
+    # the records' schedule is the old callback's rule: step 0, every probe_every steps, and the last step
+    for max_steps, every in ((120, 20), (50, 20), (7, 3)):
+        rule = [0] + [s for s in range(1, max_steps + 1) if s % every == 0 or s == max_steps]
+        assert RECORDS_FRONTIER.probe_steps(max_steps, every) == rule
+    assert probe_schedule(50, 20, 2, 20) == [0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 40, 50]
+    assert probe_schedule(5, 20, 2, 20) == [0, 2, 4, 5]  # the dense start stops at the last step
+    assert dense.probe_steps(2, 1) == [0, 1, 2]  # --quick
+    with pytest.raises(ValueError, match="set both"):
+        FrontierSetting("half a dense start", dense_every=2)
+    with pytest.raises(ValueError, match="together"):
+        FrontierSetting("validation without its quick size", validation_problems=10)
+    with pytest.raises(ValueError, match="probe_every=0"):
+        probe_schedule(10, 0)
+
+
+def test_validation_split_is_disjoint_from_the_test_problems_and_every_train_prompt():
+    from datasets import Dataset
+
+    from trl_rlvr_ext.data import load_named_dataset
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.is_dpo_study import DATA_PROMPTS, IS_DPO_SIZES, validation_split
+
+    task = get_study("is_dpo").tasks["number_sorting"]
+    splits = load_named_dataset(task.dataset)
+    rows, where = validation_split(splits, IS_DPO_SIZES, 100, DATA_PROMPTS)
+    assert where == {"split": "test", "rows": [100, 200], "problems": 100} and len(rows) == 100
+    validation = {row["prompt"] for row in rows}
+    assert len(validation) == 100
+    assert not validation & set(splits["test"]["prompt"][: IS_DPO_SIZES.eval_problems])  # the test problems
+    assert not validation & set(splits["train"]["prompt"][:DATA_PROMPTS])  # the preference-data prompts
+    assert not validation & set(splits["train"]["prompt"])  # nor any prompt of the base's warm start
+    assert rows[0] == splits["test"][100]
+
+    # the check is real: a planted copy of a test problem, or of a preference prompt, fails naming which
+    def fake(test_prompts, train_prompts):
+        return {
+            "test": Dataset.from_list([{"prompt": p} for p in test_prompts]),
+            "train": Dataset.from_list([{"prompt": p} for p in train_prompts]),
+        }
+
+    sizes = dataclasses.replace(IS_DPO_SIZES, eval_problems=2, probe_problems=2)
+    with pytest.raises(ValueError, match="also test problems"):
+        validation_split(fake(["a", "b", "a"], ["x", "y"]), sizes, 1, 1)
+    with pytest.raises(ValueError, match=r"also preference-data prompts \(train rows 0-0\)"):
+        validation_split(fake(["a", "b", "x"], ["x", "y"]), sizes, 1, 1)
+    with pytest.raises(ValueError, match="also other train prompts"):
+        validation_split(fake(["a", "b", "y"], ["x", "y"]), sizes, 1, 1)
+    with pytest.raises(ValueError, match="need 4 held-out rows; the split has 3"):
+        validation_split(fake(["a", "b", "c"], ["x"]), sizes, 2, 1)
+
+
+def test_best_checkpoint_keeps_the_earliest_best_step_and_restores_its_weights():
+    import torch
+
+    from trl_rlvr_ext.studies.is_dpo_study import BestCheckpoint, state_fingerprint
+
+    model = torch.nn.Linear(3, 2)
+    best, states = BestCheckpoint(), {}
+    for step, score in ((0, 0.1), (2, 0.3), (4, 0.3), (6, 0.2)):  # steps 2 and 4 tie: the earlier one is kept
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.fill_(float(step))
+        states[step] = state_fingerprint(model.state_dict())
+        best.observe(step, score, model)
+    record = best.restore(model)
+    assert record["chosen_step"] == 2 and record["validation_greedy_acc"] == 0.3
+    assert record["steps_considered"] == [0, 2, 4, 6]
+    assert all(torch.equal(p, torch.full_like(p, 2.0)) for p in model.parameters())  # step 2's weights are back
+    assert record["checkpoint_fingerprint"] == states[2] == state_fingerprint(model.state_dict())
+    assert record["last_step_fingerprint"] == states[6] != states[2]
+    with pytest.raises(RuntimeError, match="no validation score"):
+        BestCheckpoint().restore(model)
+
+
+def test_quick_dense_setting_end_to_end(tmp_path, monkeypatch):
+    """The dense setting through the CLI: both frontiers and the schedule in every record, the smaller-lr arm's rate,
+    and the early-stopped arm's final Pass@k evaluated on its chosen step's weights (scripted validation scores, so
+    that the choice is a tie between two trained steps, not the base)."""
+    from trl_rlvr_ext import evaluation
+    from trl_rlvr_ext.studies import is_dpo_study
+
+    scripted = {0: 0.1, 1: 0.5, 2: 0.5}  # steps 1 and 2 tie: step 1 is chosen
+    real_observe, real_evaluate, evaluated = is_dpo_study.BestCheckpoint.observe, evaluation.evaluate_pass_at_k, {}
+
+    def scripted_observe(self, step, score, model):
+        return real_observe(self, step, scripted[step], model)
+
+    def recording_evaluate(model, *args, label="", **kwargs):
+        evaluated[label.split("/")[1]] = is_dpo_study.state_fingerprint(model.state_dict())
+        return real_evaluate(model, *args, label=label, **kwargs)
+
+    monkeypatch.setattr(is_dpo_study.BestCheckpoint, "observe", scripted_observe)
+    monkeypatch.setattr(evaluation, "evaluate_pass_at_k", recording_evaluate)
+    out = tmp_path / "dense"
+    arms = ("base", "dpo_b0.01", "isdpo_b0.01", "dpo_b0.01_lr1e-5", "dpo_b0.01_es")
+    argv = ["study", "is_dpo", "--quick", "--setting", "dense", "--tasks", "number_sorting", "--arms", ",".join(arms)]
+    assert main([*argv, "--seeds", "0", "--out_dir", str(out)]) == 0
+    results = {a: json.loads((out / "number_sorting" / a / "seed0" / "result.json").read_text()) for a in arms}
+    for arm, result in results.items():
+        assert result["setting"] == "dense" and result["rerun_command"].endswith("--setting dense --quick")
+        steps = [0] if arm == "base" else [0, 1, 2]
+        assert result["probe_steps"] == steps
+        assert [e["step"] for e in result["frontier"]] == [e["step"] for e in result["frontier_validation"]] == steps
+        assert result["validation"] == {"split": "test", "rows": [3, 6], "problems": 3}
+        for entry in result["frontier"] + result["frontier_validation"]:
+            assert set(entry) == {"step", "kl", "greedy_acc", "pass1"} and math.isfinite(entry["kl"])
+        assert ("early_stopping" in result) == (arm == "dpo_b0.01_es")
+    assert results["dpo_b0.01_lr1e-5"]["dpo_config"]["learning_rate"] == 1e-5
+    assert {e["learning_rate"] for e in results["dpo_b0.01_lr1e-5"]["train_log"] if "learning_rate" in e} == {1e-5}
+    assert results["dpo_b0.01"]["dpo_config"]["learning_rate"] == results["dpo_b0.01"]["sizes"]["learning_rate"]
+    # early stopping trains exactly what DPO trains (measuring never moves the training RNG), then picks step 1
+    stopped = results["dpo_b0.01_es"]
+    assert stopped["frontier"] == results["dpo_b0.01"]["frontier"]
+    assert "early_stopping" not in stopped["dpo_config"]
+    es = stopped["early_stopping"]
+    assert es["chosen_step"] == 1 and es["validation_greedy_acc"] == 0.5 and es["steps_considered"] == [0, 1, 2]
+    # the model Pass@k evaluated is step 1's, not the last step's, and not the base's
+    assert evaluated["dpo_b0.01_es"] == es["evaluated_fingerprint"] == es["checkpoint_fingerprint"]
+    assert es["checkpoint_fingerprint"] != es["last_step_fingerprint"] == evaluated["dpo_b0.01"]
+    assert evaluated["dpo_b0.01_es"] != evaluated["base"]
+    table = (out / "results.md").read_text()
+    assert "Matched KL" in table and "| (isdpo_b0.01 − dpo_b0.01) | greedy_acc | 0.25 |" in table
+    assert "dpo_b0.01_es seed 0: stopped at step 1" in table
+
+    # an arm of the dense setting only fails elsewhere, naming the setting
+    monkeypatch.setenv("TRL_RLVR_EXT_DEBUG", "1")
+    with pytest.raises(ValueError, match=r"runs only in setting\(s\) \['dense'\], not without a setting"):
+        main(
+            ["study", "is_dpo", "--quick", "--arms", "dpo_b0.01_es", "--seeds", "0", "--out_dir", str(tmp_path / "x")]
         )

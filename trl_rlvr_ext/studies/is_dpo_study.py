@@ -27,22 +27,45 @@ The over-optimisation frontier: every ``probe_every`` steps (and at step 0) `Fro
 at temperature 1, and KL(π_θ || π_ref) estimated on those policy samples (`sampled_kl`). The final model is evaluated
 with the unbiased Pass@k like the other studies.
 
+The ``dense`` setting (`SETTINGS`, a `FrontierSetting`; declared after an audit of the records, run on fresh seeds
+`DENSE_SEEDS` with `DENSE_COMMAND` and `DENSE_B01_COMMAND`) changes the design where the records were weak, and leaves
+the defaults as the records were made:
+
+- **validation problems**: the frontier is measured on 100 validation problems as well (`validation_split`: held-out
+  rows 100-199, never trained on, disjoint from the test problems and from every train prompt, asserted), recorded as
+  ``frontier_validation``; ``frontier`` stays the test problems. Any choice reads the validation problems only; the
+  test problems are reported.
+- **a dense start**: probes at steps 0, 2, ..., 20, then every ``probe_every`` (`probe_schedule`), so that DPO has
+  points between KL 0 and ~0.8, where the arms meet at matched KL; the record holds ``probe_steps``.
+- **better-tuned DPO baselines** (arms of this setting only, `Arm.settings`): ``dpo_b0.01_lr1e-5`` (the learning rate
+  overridden in the arm's config, through the same `_dpo_config`) and ``dpo_b0.01_es``, early-stopped: its final model
+  is its frontier step with the best validation greedy accuracy (`BestCheckpoint`, in memory, ties to the earliest
+  step); the record's ``early_stopping`` names the step, with fingerprints of that checkpoint and of the model
+  evaluated.
+- **matched KL** (`MATCHED_KL_CLAIMS` at `MATCHED_KL_GRID`, `trl_rlvr_ext.studies.frontier`): each run's gold metric
+  interpolated at declared KL values, paired by seed, a t interval over seeds, the project's verdict rule; the
+  table is in ``results.md``.
+
 How the runner's `StudySizes` read here: ``num_prompts`` = pairs per optimiser step, ``num_generations`` = samples
 per train prompt for the preference data, ``probe_problems`` / ``probe_every`` = the frontier's held-out prompts and
 interval; ``steps_per_generation`` is unused (keep 1).
 """
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
+from .frontier import MatchedKLClaim, compare_records, matched_kl_table
 from .runner import (
     Arm,
     Column,
+    Setting,
     Study,
     StudySizes,
     StudyTask,
@@ -66,7 +89,8 @@ CLAIM = (
 # as a frontier (gold against KL) and gives no effect size in pass@1 units, so each has a smallest effect of interest.
 # Its main claim, a better frontier *at matched KL*, is not among them: the final models sit at different KL, and the
 # frontier points do not overlap densely enough to pair them (the page shows the points without a verdict). Claim 2
-# compares the arms at the same step budget instead, which is a different, weaker claim.
+# compares the arms at the same step budget instead, which is a different, weaker claim. The dense setting judges the
+# main claim too, by interpolation at declared KL values (MATCHED_KL_CLAIMS, trl_rlvr_ext.studies.frontier).
 _TWO_POINTS = "2 pass@1 points is the smallest change taken to matter (no pass@1 size in the paper)"
 _OVER_OPTIMISES = [
     (f"1a. DPO at β = {beta} ends below the base (over-optimisation)", f"dpo_b{beta}", "base") for beta in (0.01, 0.1)
@@ -95,6 +119,70 @@ CLAIMS = [
     )
     for beta in (0.01, 0.1)
 ]
+# The ``dense`` setting's comparisons, declared before its runs (DENSE_SEEDS, never run before). Claims 3 ask whether the
+# over-optimisation claim 1 only says that DPO was run too long or too fast: DPO stopped at its best validation step,
+# and DPO at a third of the learning rate. Claims 4 ask whether IS-DPO still ends above those better-tuned baselines.
+_DENSE = ("dense",)
+_BETTER_DPO = [
+    ("3a. Early-stopped DPO at β = 0.01 ends above DPO at β = 0.01", "dpo_b0.01_es", "dpo_b0.01"),
+    ("3b. DPO at β = 0.01 and lr 1e-5 ends above DPO at lr 3e-5", "dpo_b0.01_lr1e-5", "dpo_b0.01"),
+    ("4a. IS-DPO at β = 0.01 ends above early-stopped DPO", "isdpo_b0.01", "dpo_b0.01_es"),
+    ("4b. IS-DPO at β = 0.01 ends above DPO at lr 1e-5", "isdpo_b0.01", "dpo_b0.01_lr1e-5"),
+]
+CLAIMS += [
+    Claim(
+        name,
+        arm=arm,
+        baseline=baseline,
+        metric="pass@1",
+        smallest_effect=0.02,
+        reason=_TWO_POINTS,
+        settings=_DENSE,
+        part_of=(
+            "3. Better-tuned DPO ends above DPO at β = 0.01"
+            if name.startswith("3")
+            else "4. IS-DPO ends above the better-tuned DPO baselines"
+        ),
+    )
+    for name, arm, baseline in _BETTER_DPO
+]
+# The paper's main claim, a better frontier at matched KL (trl_rlvr_ext.studies.frontier), on the test problems'
+# frontier. The grid is declared here, before the dense runs: it is where the records' seeds 0-2 show both arms at
+# β = 0.01 (IS-DPO ends at KL 0.96-1.34 after 120 steps, DPO passes KL 1 within its first 20-40 steps); beyond 1.0
+# IS-DPO has no point, and gold_at_kl never extrapolates.
+MATCHED_KL_GRID = (0.25, 0.5, 0.75, 1.0)
+_GOLD_POINTS = "2 accuracy points, like the study's pass@1 claims (no effect size in the paper)"
+MATCHED_KL_CLAIMS = [
+    MatchedKLClaim(
+        f"5. IS-DPO above {baseline} at matched KL ({metric})",
+        arm=arm,
+        baseline=baseline,
+        metric=metric,
+        smallest_effect=0.02,
+        reason=_GOLD_POINTS,
+        settings=_DENSE,
+    )
+    for arm, baseline in (
+        ("isdpo_b0.01", "dpo_b0.01"),
+        ("isdpo_b0.01", "dpo_b0.01_lr1e-5"),
+        ("isdpo_b0.1", "dpo_b0.1"),
+    )
+    for metric in ("greedy_acc", "pass1")
+]
+# The dense setting's declared runs: fresh seeds (never run before), the arms of claims 3-5 at β = 0.01, then the
+# β = 0.1 pair (claims 1b and 5 at β = 0.1 on fresh seeds) into the same folder. Timed on 2 shared cores (load 3-7):
+# a measurement of the frontier on 100 problems takes 4-5 s, and the dense schedule makes 16 per set, 32 per run
+# (the records' design: 7); a training step ~1.3 s; the final Pass@k ~40 s. So ~6 min per trained run, ~50 s per base
+# run, ~1 min to build the shared pairs once: DENSE_COMMAND ~2 h (20 trained runs), DENSE_B01_COMMAND ~1 h more.
+DENSE_SEEDS = (10, 11, 12, 13, 14)
+DENSE_ARMS = ("base", "dpo_b0.01", "isdpo_b0.01", "dpo_b0.01_lr1e-5", "dpo_b0.01_es")
+DENSE_B01_ARMS = ("dpo_b0.1", "isdpo_b0.1")
+_DENSE_OUT = "/work/runs/is_dpo_dense"
+DENSE_COMMAND, DENSE_B01_COMMAND = (
+    f"trl-rlvr-ext study is_dpo --setting dense --tasks number_sorting --arms {','.join(arms)} "
+    f"--seeds {','.join(map(str, DENSE_SEEDS))} --out_dir {_DENSE_OUT}"
+    for arms in (DENSE_ARMS, DENSE_B01_ARMS)
+)
 # Train prompts sampled for the preference data (the first ones of the train split), and for --quick.
 DATA_PROMPTS, QUICK_DATA_PROMPTS = 1000, 6
 # Samples per held-out prompt for the frontier's pass@1 and KL estimate.
@@ -235,49 +323,239 @@ def build_preference_data(task: StudyTask, sizes: StudySizes, quick: bool, out_d
 
 
 # ---------------------------------------------------------------- the frontier
+def probe_schedule(max_steps: int, probe_every: int, dense_every: int = 0, dense_until: int = 0) -> list[int]:
+    """The steps the frontier is measured at: step 0 (the base), every ``probe_every`` steps, the last step, and, with
+    ``dense_every``, every ``dense_every`` steps up to ``dense_until`` as well (sorted, each once).
+
+    Without ``dense_every`` this is the schedule of the study's records (every ``probe_every`` steps). The dense start
+    exists because DPO at β = 0.01 moves from KL 0 to about 0.8 within its first 20 steps: with a probe every 20 steps
+    it has no point in between, where the arms would meet at matched KL.
+    """
+    for name, value in (("max_steps", max_steps), ("probe_every", probe_every)):
+        if value < 1:
+            raise ValueError(f"{name}={value} must be a positive number of steps.")
+    steps = {0, max_steps, *range(probe_every, max_steps + 1, probe_every)}
+    if dense_every:
+        steps |= set(range(0, min(dense_until, max_steps) + 1, dense_every))
+    return sorted(steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontierSetting(Setting):
+    """A setting of the ``is_dpo`` study: `Setting` plus where and when the frontier is measured, declared with it.
+
+    Args (beyond `Setting`'s):
+        dense_every, dense_until: also probe every ``dense_every`` steps up to step ``dense_until`` (`probe_schedule`;
+            0, 0: every ``probe_every`` steps only, the records' schedule).
+        validation_problems: measure the frontier on this many *validation* problems too (`validation_split`: held
+            out from training, disjoint from the test problems and from the preference-data prompts), the problems
+            any choice (early stopping) is made on, so that the test problems are only reported. 0: none.
+        quick_validation_problems: the validation problems of a ``--quick`` run (its test set is 3 problems).
+    """
+
+    dense_every: int = 0
+    dense_until: int = 0
+    validation_problems: int = 0
+    quick_validation_problems: int = 0
+
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("dense_every", "dense_until", "validation_problems", "quick_validation_problems"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 0.")
+        if bool(self.dense_every) != bool(self.dense_until):
+            raise ValueError(
+                f"dense_every={self.dense_every} and dense_until={self.dense_until}: set both (a dense start) or "
+                "neither."
+            )
+        if bool(self.validation_problems) != bool(self.quick_validation_problems):
+            raise ValueError("Set validation_problems and quick_validation_problems together (both 0: no validation).")
+
+    def probe_steps(self, max_steps: int, probe_every: int) -> list[int]:
+        return probe_schedule(max_steps, probe_every, self.dense_every, self.dense_until)
+
+    def num_validation(self, quick: bool) -> int:
+        return self.quick_validation_problems if quick else self.validation_problems
+
+
+# The frontier of the study's records (docs/evidence/data/is_dpo.jsonl): no --setting.
+RECORDS_FRONTIER = FrontierSetting(
+    "the records' design: the frontier every probe_every steps on the first probe_problems test problems only"
+)
+SETTINGS = {
+    "dense": FrontierSetting(
+        "The audit's design: the frontier also every 2 steps up to step 20 (where DPO at β = 0.01 crosses KL 0 to "
+        "~0.8), and on 100 validation problems (held-out rows 100-199: neither the test problems nor any train "
+        "prompt) besides the 100 test problems; choices (early stopping) read the validation problems only.",
+        dense_every=2,
+        dense_until=20,
+        validation_problems=100,
+        quick_validation_problems=3,
+    ),
+}
+
+
+def _prompt_key(prompt) -> str:
+    return json.dumps(prompt, sort_keys=True)  # a conversational prompt (a list of messages) compares as its JSON
+
+
+def validation_split(splits, sizes: StudySizes, num_problems: int, data_prompts: int) -> tuple[list[dict], dict]:
+    """The validation problems: held-out rows ``[start, start + num_problems)``, ``start`` the number of held-out rows
+    the run tests on (``max(eval_problems, probe_problems)``). Returns ``(rows, description)``.
+
+    Why the held-out split's tail and not train rows past the preference data's: the base model was warm-started on
+    every train row (``trl_rlvr_ext.studies.gym_bases``: 1000 steps x 64 rows drawn from the 2000, ~32 epochs), so it
+    has seen the train rows' answers: on number_sorting its greedy accuracy is 0.75 on train rows 1000-1099 against
+    0.55 on the test problems and 0.50 on held-out rows 100-199. Validation on memorised rows would not track the test
+    problems. The held-out tail has never been trained on and is drawn like the test problems.
+
+    Fails, naming the fix, when the held-out split is too short, or when a validation prompt is also a test problem,
+    a preference-data prompt (the first ``data_prompts`` train rows) or any other train prompt.
+    """
+    held_out, train = splits["test"], splits["train"]
+    start = max(sizes.eval_problems, sizes.probe_problems)
+    stop = start + num_problems
+    if stop > held_out.num_rows:
+        raise ValueError(
+            f"{num_problems} validation problems after the {start} test problems need {stop} held-out rows; the split "
+            f"has {held_out.num_rows}. Lower eval_problems / probe_problems, or raise the dataset's test_size."
+        )
+    rows = [held_out[i] for i in range(start, stop)]
+    validation = {_prompt_key(row["prompt"]) for row in rows}
+    train_prompts = [_prompt_key(prompt) for prompt in train["prompt"]]
+    others = {
+        f"test problems (held-out rows 0-{start - 1})": {_prompt_key(held_out[i]["prompt"]) for i in range(start)},
+        f"preference-data prompts (train rows 0-{data_prompts - 1})": set(train_prompts[:data_prompts]),
+        "other train prompts (the base's warm start)": set(train_prompts[data_prompts:]),
+    }
+    for name, prompts in others.items():
+        if shared := validation & prompts:
+            raise ValueError(
+                f"{len(shared)} validation prompt(s) are also {name}, e.g. {min(shared)[:80]}: the validation "
+                "problems must be unseen. Use a dataset whose held-out split excludes train questions (reasoning_gym: "
+                "dedup=exact)."
+            )
+    return rows, {"split": "test", "rows": [start, stop], "problems": num_problems}
+
+
+def state_fingerprint(state: dict) -> str:
+    """A short hash of a model state (every tensor's name, dtype, shape and bytes): equal exactly when the weights are.
+    The record of an early-stopped run holds the chosen checkpoint's and the evaluated model's, so that a reader can
+    check that the evaluated model is the chosen step's."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+class BestCheckpoint:
+    """Early stopping: the model state at the best validation score observed so far, kept in memory (the study's
+    models are ~0.66 M parameters). Step 0, the reference itself, is a candidate (stopping there is not training). A
+    tie keeps the earlier step: a later step at the same score has moved further from the reference for nothing.
+    `restore` loads that state into the model and returns the record."""
+
+    def __init__(self, metric: str = "greedy_acc"):
+        self.metric = metric
+        self.step, self.score, self.state, self.fingerprint = None, None, None, None
+        self.observed: list[int] = []
+
+    def observe(self, step: int, score: float, model) -> None:
+        self.observed.append(step)
+        if self.score is None or score > self.score:
+            self.step, self.score = step, score
+            self.state = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+            self.fingerprint = state_fingerprint(self.state)
+
+    def restore(self, model) -> dict:
+        if self.state is None:
+            raise RuntimeError("Early stopping observed no validation score: the frontier measured no step.")
+        last = state_fingerprint(model.state_dict())
+        model.load_state_dict(self.state)
+        return {
+            "metric": f"validation {self.metric}",
+            "chosen_step": self.step,
+            f"validation_{self.metric}": self.score,
+            "steps_considered": list(self.observed),
+            "checkpoint_fingerprint": self.fingerprint,
+            "last_step_fingerprint": last,
+        }
+
+
 def _frontier_callback_class():
     from transformers import TrainerCallback
 
     class FrontierCallback(TrainerCallback):
-        """Gold (held-out greedy accuracy, sampled pass@1) and KL(π_θ || π_ref) every ``every`` steps and at step 0.
+        """Gold (greedy accuracy, sampled pass@1) and KL(π_θ || π_ref) at the steps ``steps`` (0 included).
 
-        ``history`` holds one dict per measurement: ``step``, ``greedy_acc``, ``pass1`` and ``kl`` (`sampled_kl` on
-        ``num_samples`` samples per held-out prompt, seeded the same at every measurement). The policy and reference are
-        the trainer's (``trainer.model``, ``trainer.ref_model``), or given to `measure` (the base arm: no trainer).
+        ``history`` holds one dict per measurement on ``rows`` (the test problems): ``step``, ``greedy_acc``,
+        ``pass1`` and ``kl`` (`sampled_kl` on ``num_samples`` samples per prompt, seeded the same at every
+        measurement; the sampling runs under `torch.random.fork_rng`, so measuring never moves the training RNG and
+        a denser schedule trains the same model). With ``validation_rows``, ``validation_history`` holds the same on
+        those, and ``best`` (a `BestCheckpoint`) follows their greedy accuracy. The policy and reference are the
+        trainer's (``trainer.model``, ``trainer.ref_model``), or given to `measure` (the base arm: no trainer).
         """
 
-        def __init__(self, trainer, rows, reward, max_new_tokens: int, every: int, num_samples: int, seed: int):
+        def __init__(
+            self,
+            trainer,
+            rows,
+            reward,
+            max_new_tokens: int,
+            steps: Sequence[int],
+            num_samples: int,
+            seed: int,
+            validation_rows=None,
+            best: BestCheckpoint | None = None,
+        ):
             from ..sampling import SamplingSettings, as_reward_func_list
 
-            self.trainer, self.rows, self.every = trainer, rows, every
+            if best is not None and not validation_rows:
+                raise ValueError("Early stopping needs validation rows to choose on; the test rows are not for that.")
+            self.trainer, self.rows, self.steps = trainer, rows, set(steps)
+            self.validation_rows, self.best = validation_rows, best
             self.reward = as_reward_func_list(reward)
             self.sampling = SamplingSettings(
                 num_samples=num_samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed
             )
             self.history: list[dict] = []
+            self.validation_history: list[dict] = []
 
-        def measure(self, step: int, model=None, ref_model=None, tokenizer=None) -> dict:
+        def _measure_rows(self, rows, step: int, model, ref_model, tokenizer) -> dict:
             from ..evaluation.boundary import sequence_logps
             from ..sampling import TransformersBackend, sample_and_grade
 
-            if model is None:
-                model, ref_model, tokenizer = self.trainer.model, self.trainer.ref_model, self.trainer.processing_class
             backend = TransformersBackend(model, tokenizer, batch_size=256)
-            greedy = sample_and_grade(backend, tokenizer, self.rows, self.reward, self.sampling.as_greedy())
-            sampled = sample_and_grade(backend, tokenizer, self.rows, self.reward, self.sampling)
+            greedy = sample_and_grade(backend, tokenizer, rows, self.reward, self.sampling.as_greedy())
+            sampled = sample_and_grade(backend, tokenizer, rows, self.reward, self.sampling)
             prompts = [p for p in sampled.prompt_ids for _ in range(self.sampling.num_samples)]
             completions = [c for per_prompt in sampled.completion_ids for c in per_prompt]
             pad = backend.pad_token_id
             policy = sequence_logps(model, pad, prompts, completions, batch_size=256)
             ref = sequence_logps(ref_model, pad, prompts, completions, batch_size=256)
-            entry = {
+            return {
                 "step": step,
                 "greedy_acc": float(greedy.correct.mean()),
                 "pass1": float(sampled.correct.mean()),
                 "kl": sampled_kl(policy, ref),
             }
+
+        def measure(self, step: int, model=None, ref_model=None, tokenizer=None) -> dict:
+            if model is None:
+                model, ref_model, tokenizer = self.trainer.model, self.trainer.ref_model, self.trainer.processing_class
+            entry = self._measure_rows(self.rows, step, model, ref_model, tokenizer)
             self.history.append(entry)
-            print(f"    frontier step {step}: " + ", ".join(f"{k} {v:.3f}" for k, v in entry.items() if k != "step"))
+            line = ", ".join(f"{k} {v:.3f}" for k, v in entry.items() if k != "step")
+            if self.validation_rows:
+                validation = self._measure_rows(self.validation_rows, step, model, ref_model, tokenizer)
+                self.validation_history.append(validation)
+                line += "; validation " + ", ".join(f"{k} {v:.3f}" for k, v in validation.items() if k != "step")
+                if self.best is not None:
+                    self.best.observe(step, validation[self.best.metric], model)
+            print(f"    frontier step {step}: {line}")
             return entry
 
         def on_train_begin(self, args, state, control, **kwargs):
@@ -285,13 +563,18 @@ def _frontier_callback_class():
                 self.measure(0)
 
         def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step % self.every == 0 or state.global_step == state.max_steps:
+            if state.global_step in self.steps:
                 self.measure(state.global_step)
 
     return FrontierCallback
 
 
 # ---------------------------------------------------------------- one run
+# Arm options the run reads itself (not ISDPOConfig fields): ``early_stopping``, the final model is the frontier
+# step's with the best validation greedy accuracy (a setting with validation problems only).
+_RUN_OPTIONS = ("early_stopping",)
+
+
 def _dpo_config(run_dir: Path, arm: Arm, sizes: StudySizes, seed: int):
     from ..dpo.dpo_config import ISDPOConfig
 
@@ -299,15 +582,28 @@ def _dpo_config(run_dir: Path, arm: Arm, sizes: StudySizes, seed: int):
         **common_training_settings(run_dir, sizes, seed),  # activation checkpointing off: DPOConfig turns it on
         "loss_type": "sigmoid",
         "per_device_train_batch_size": sizes.num_prompts,
-        **arm.config,
+        **{key: value for key, value in arm.config.items() if key not in _RUN_OPTIONS},  # e.g. learning_rate
     }
     return ISDPOConfig(**settings), settings
 
 
 def run_one(
-    study: Study, task: StudyTask, arm: Arm, seed: int, out_dir: Path, sizes: StudySizes, quick: bool, command: str
+    study: Study,
+    task: StudyTask,
+    arm: Arm,
+    seed: int,
+    out_dir: Path,
+    sizes: StudySizes,
+    quick: bool,
+    command: str,
+    setting: str | None = None,
 ) -> dict:
-    """One (task, arm, seed): DPO or IS-DPO on the task's shared pairs, the frontier, Pass@k; writes ``result.json``."""
+    """One (task, arm, seed): DPO or IS-DPO on the task's shared pairs, the frontier, Pass@k; writes ``result.json``.
+
+    In a `FrontierSetting` with validation problems the frontier is measured on them too (``frontier_validation``;
+    ``frontier`` stays the test problems), and an ``early_stopping`` arm's final model is its best validation step's
+    (``early_stopping`` in the record: the step, and the fingerprints of that checkpoint, of the last step's model and
+    of the model evaluated)."""
     from transformers import AutoTokenizer
 
     from ..dpo.behavior import BEHAVIOR_COLUMNS
@@ -321,18 +617,42 @@ def run_one(
             f"steps_per_generation={sizes.steps_per_generation} means nothing to the is_dpo study (offline pairs, no "
             "generation during training); leave it at 1. The batch is num_prompts pairs per step."
         )
+    design = RECORDS_FRONTIER if setting is None else study.get_setting(setting)
+    early_stopping = bool(arm.config.get("early_stopping"))
+    num_validation = design.num_validation(quick)
+    if early_stopping and not num_validation:
+        raise ValueError(
+            f"Arm {arm.name!r} early-stops on the validation problems, which "
+            f"{'the default design' if setting is None else f'setting {setting!r}'} does not measure: run it in a "
+            f"setting with validation problems ({sorted(k for k, v in SETTINGS.items() if v.validation_problems)})."
+        )
     # The shared data are built (once per task) outside the run's wall time; their build time is in their meta.
     pairs, data_meta = build_preference_data(task, sizes, quick, out_dir) if arm.train else (None, None)
     start = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
-    _, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick)
+    splits, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick)
+    validation_rows, validation = None, None
+    if num_validation:
+        data_prompts = QUICK_DATA_PROMPTS if quick else DATA_PROMPTS
+        validation_rows, validation = validation_split(splits, sizes, num_validation, data_prompts)
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    frontier = _frontier_callback_class()(
-        None, probe_rows, reward, task.max_completion_length, sizes.probe_every, FRONTIER_SAMPLES, 2000 + seed
-    )
-    config, log_history, train_seconds = None, [], 0.0
+    best = BestCheckpoint() if early_stopping else None
+    config, log_history, train_seconds, steps, stopped = None, [], 0.0, [0], None
     if arm.train:
         args, config = _dpo_config(run_dir, arm, sizes, seed)
+        steps = design.probe_steps(args.max_steps, sizes.probe_every)
+    frontier = _frontier_callback_class()(
+        None,
+        probe_rows,
+        reward,
+        task.max_completion_length,
+        steps,
+        FRONTIER_SAMPLES,
+        2000 + seed,
+        validation_rows=validation_rows,
+        best=best,
+    )
+    if arm.train:
         if not args.importance_sampling:  # stock DPO sees plain preference data
             pairs = pairs.remove_columns(list(BEHAVIOR_COLUMNS))
         trainer = ISDPOTrainer(model=base_path, args=args, train_dataset=pairs, processing_class=tokenizer)
@@ -342,6 +662,8 @@ def run_one(
         trainer.train()
         train_seconds = time.perf_counter() - t0
         model, log_history = trainer.model, trainer.state.log_history
+        if best is not None:
+            stopped = best.restore(model)
     else:  # the base model: its gold metrics (the frontier's starting point) and Pass@k
         from transformers import AutoModelForCausalLM
 
@@ -355,6 +677,12 @@ def run_one(
         "train_log": log_history,
         "dpo_config": config,
     }
+    if setting is not None:  # the settings' keys; a run of the defaults records exactly what the records hold
+        extra["probe_steps"] = steps
+    if validation is not None:
+        extra.update(frontier_validation=frontier.validation_history, validation=validation)
+    if stopped is not None:
+        extra["early_stopping"] = {**stopped, "evaluated_fingerprint": state_fingerprint(model.state_dict())}
     return evaluate_and_record(
         study,
         task,
@@ -372,6 +700,7 @@ def run_one(
         start,
         train_seconds,
         extra,
+        setting=setting,
     )
 
 
@@ -421,6 +750,26 @@ def plot_frontier(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
     ]
 
 
+def matched_kl_section(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
+    """The matched-KL comparisons (`MATCHED_KL_CLAIMS` at `MATCHED_KL_GRID`, test problems) of the runs of a
+    setting with a validation split, and each early-stopped run's chosen step; nothing for the records' design."""
+    if not any(r.get("frontier_validation") for r in rows):
+        return []
+    lines = ["", f"Matched KL (the test problems' frontier, KL grid {', '.join(map(str, MATCHED_KL_GRID))}):", ""]
+    settings = {r.get("setting") for r in rows}
+    claims = [c for c in MATCHED_KL_CLAIMS if not c.settings or settings <= set(c.settings)]
+    comparisons = compare_records(claims, rows, MATCHED_KL_GRID)
+    lines += [matched_kl_table(comparisons) if comparisons else "(no pair of compared arms ran)", ""]
+    stopped = [r for r in rows if r.get("early_stopping")]
+    for r in stopped:
+        es = r["early_stopping"]
+        lines.append(
+            f"- {r['arm']} seed {r['seed']}: stopped at step {es['chosen_step']} (validation greedy accuracy "
+            f"{es['validation_greedy_acc']:.3f})"
+        )
+    return lines + ([""] if stopped else [])
+
+
 def make_study() -> Study:
     from .self_study import _gym_task
 
@@ -434,6 +783,10 @@ def make_study() -> Study:
     for beta in (0.01, 0.1):
         arms[f"dpo_b{beta}"] = Arm(f"dpo_b{beta}", config={"beta": beta, "importance_sampling": False})
         arms[f"isdpo_b{beta}"] = Arm(f"isdpo_b{beta}", config={"beta": beta, "importance_sampling": True})
+    # the dense setting's better-tuned DPO baselines (only there: the defaults keep the records' five arms)
+    dpo = {"beta": 0.01, "importance_sampling": False}
+    arms["dpo_b0.01_lr1e-5"] = Arm("dpo_b0.01_lr1e-5", config={**dpo, "learning_rate": 1e-5}, settings=_DENSE)
+    arms["dpo_b0.01_es"] = Arm("dpo_b0.01_es", config={**dpo, "early_stopping": True}, settings=_DENSE)
     columns = [
         Column("greedy (final)", _frontier_value("greedy_acc", lambda v: v[-1])),
         Column("greedy (best)", _frontier_value("greedy_acc", max)),
@@ -453,6 +806,7 @@ def make_study() -> Study:
         sizes=IS_DPO_SIZES,
         quick_sizes=IS_DPO_QUICK,
         run_one=run_one,
-        plots=[plot_frontier],
+        plots=[plot_frontier, matched_kl_section],
+        settings=SETTINGS,
         claims=CLAIMS,
     )

@@ -59,6 +59,10 @@ class Arm:
     ``same_updates_as`` names an arm whose same-seed run (finished first, in the same ``out_dir``) sets this arm's
     ``max_steps``: the optimizer updates that run made. A curation arm that skips steps trains less than its baseline;
     this arm is the baseline at the same budget.
+
+    ``settings`` names the study's settings the arm belongs to (empty: every one, and the defaults). An arm declared
+    for some settings only needs what those settings provide (e.g. a validation split); it is left out of the default
+    arms elsewhere, so that adding it leaves the arms an older command runs unchanged, and naming it there fails.
     """
 
     name: str
@@ -66,6 +70,7 @@ class Arm:
     config: dict = dataclasses.field(default_factory=dict)
     peft: dict | None = None
     same_updates_as: str = ""  # another arm: train for the optimizer updates its same-seed run made (`updates_made`)
+    settings: tuple[str, ...] = ()  # the settings this arm runs in (empty: all, and without a setting)
 
 
 @dataclasses.dataclass
@@ -197,6 +202,11 @@ class Study:
             known = sorted(self.settings) or "none: this study has no settings"
             raise ValueError(f"Unknown setting {name!r} for study {self.name!r}: choose from {known}.")
         return self.settings[name]
+
+    def default_arms(self, setting: str | None) -> list[str]:
+        """The arms a run in ``setting`` (``None``: the defaults) runs when none are named: every arm that belongs to
+        it (`Arm.settings`)."""
+        return [name for name, arm in self.arms.items() if not arm.settings or setting in arm.settings]
 
     def arm_in_setting(self, arm: "Arm", setting: str | None) -> "Arm":
         """``arm`` with ``setting``'s config merged over its own (an untrained arm is left as it is)."""
@@ -694,7 +704,14 @@ def run_study(
         unknown = sorted(set(chosen or []) - set(known))
         if unknown:
             raise ValueError(f"Unknown {kind}(s) {unknown} for study {study.name!r}: choose from {sorted(known)}.")
-    order = list(arms or study.arms)
+    order = list(arms or study.default_arms(setting))
+    for name in order:
+        declared = study.arms[name].settings
+        if declared and setting not in declared:
+            where = "without a setting" if setting is None else f"in setting {setting!r}"
+            raise ValueError(
+                f"Arm {name!r} runs only in setting(s) {list(declared)}, not {where}: add --setting {declared[0]}."
+            )
     for index, name in enumerate(order):
         source = study.arms[name].same_updates_as
         if source and source in order[index:]:  # its budget must be known before it starts
@@ -713,7 +730,7 @@ def run_study(
     for task_name in tasks or list(study.tasks):
         # seed by seed, so that an interrupted study has every arm at its first seeds
         for seed in seeds:
-            for arm_name in arms or list(study.arms):
+            for arm_name in order:
                 done = (out / task_name / arm_name / f"seed{seed}" / "result.json").is_file()
                 log(f"[{study.name}] {task_name} / {arm_name} / seed {seed}: {'done, loading' if done else 'running'}")
                 run = study.run_one or run_one
