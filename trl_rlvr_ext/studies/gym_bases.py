@@ -46,7 +46,19 @@ PRESETS = {
         "&number_sorting.min_decimals=0&number_sorting.max_decimals=0&number_sorting.min_value=0"
         "&number_sorting.max_value=99&size=2000&test_size=300&strip_template=true"
     ),
+    # three numbers 1-9 and a target 1-30, reach it with + - * / using each number once:
+    # "Calculate 10 using all of these numbers: 2, 3, 4. ..." -> "4*3 - 2". Many expressions reach the target (median
+    # 6 distinct solution strings per train problem, see trl_rlvr_ext.tasks.countdown), so a base warm-started on
+    # varied solutions (demonstrations="varied") has uncertain tokens that are still rewarded.
+    "countdown": (
+        "reasoning_gym:countdown?min_numbers=3&max_numbers=3&min_value=1&max_value=9&min_target=1&max_target=30"
+        "&size=2000&test_size=300&strip_template=true"
+    ),
 }
+# How a warm start writes a problem's demonstration: "gold" the dataset's one answer string; "varied" a solution
+# drawn at random (uniformly among the distinct solutions) each time the problem is drawn, for tasks with many
+# valid answers (see `varied_solutions`).
+DEMONSTRATIONS = ("gold", "varied")
 
 
 def resolve_dataset(name: str) -> str:
@@ -65,7 +77,10 @@ class GymWarmStartSettings:
     ``dataset``: a ``reasoning_gym:`` name or a key of `PRESETS` (its ``train`` split is the demonstrations). Model
     size as in `trl_rlvr_ext.toy.make_model`. Optimisation: ``num_steps`` AdamW steps of ``batch_size`` train
     problems drawn uniformly, peak ``learning_rate`` with ``warmup_steps`` of linear warm-up then cosine decay to 10 %,
-    ``weight_decay``; ``seed``.
+    ``weight_decay``; ``seed``. ``demonstrations`` (see `DEMONSTRATIONS`): ``"gold"`` writes each problem's one
+    gold answer; ``"varied"`` a random one of all its solutions each time the problem is drawn (countdown only), so
+    that the base learns a distribution over the solutions instead of one string per problem, and its tokens stay
+    uncertain where the task allows several answers.
     """
 
     dataset: str = "chain_sum"
@@ -80,9 +95,12 @@ class GymWarmStartSettings:
     warmup_steps: int = 50
     weight_decay: float = 0.0
     seed: int = 0
+    demonstrations: str = "gold"
 
     def __post_init__(self):
         resolve_dataset(self.dataset)
+        if self.demonstrations not in DEMONSTRATIONS:
+            raise ValueError(f"demonstrations={self.demonstrations!r} must be one of {DEMONSTRATIONS}.")
         for name in ("num_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
@@ -92,6 +110,9 @@ class GymWarmStartSettings:
     def digest(self) -> str:
         payload = {"version": _BUILD_VERSION, "reasoning_gym": version("reasoning-gym"), **dataclasses.asdict(self)}
         payload["dataset"] = resolve_dataset(self.dataset)
+        if self.demonstrations == "gold":
+            # The field came after the first bases were cached: leaving its default out keeps their hashes.
+            del payload["demonstrations"]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -107,6 +128,36 @@ def prompt_text(tokenizer, prompt) -> str:
     return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
 
+def varied_solutions(train) -> list[list[str]]:
+    """Per train row, every answer the task's verifier accepts (sorted): the pool ``demonstrations="varied"`` draws
+    from. Only countdown has an enumerator (`trl_rlvr_ext.tasks.countdown`); each row's gold must be among its
+    solutions, else the enumerator and the verifier disagree and the build stops."""
+    from ..tasks.countdown import entry_solutions
+
+    pools = []
+    for task, entry, gold in zip(train["task"], train["entry"], train["answer"]):
+        if task != "countdown":
+            raise ValueError(
+                f'demonstrations="varied" needs every train problem\'s solutions; only countdown has an enumerator, '
+                f'but a row is of the task {task!r}. Use demonstrations="gold" for it.'
+            )
+        solutions = entry_solutions(json.loads(entry))
+        if gold not in solutions:
+            raise ValueError(f"The gold {gold!r} of a countdown problem is not among its enumerated solutions.")
+        pools.append(solutions)
+    return pools
+
+
+def demonstration_sampler(settings: GymWarmStartSettings, train, rng: random.Random):
+    """``completion(row) -> str``: the demonstration of train row ``row`` under ``settings.demonstrations``. With
+    ``"varied"`` every call draws again (from ``rng``), so the same problem is shown with different solutions."""
+    if settings.demonstrations == "gold":
+        completions = [completion_of(a) for a in train["answer"]]
+        return completions.__getitem__
+    pools = varied_solutions(train)
+    return lambda row: completion_of(rng.choice(pools[row]))
+
+
 def train_gym_base_model(settings: GymWarmStartSettings, progress: bool = True):
     """Run the warm start; returns ``(model, tokenizer, stats)``. Deterministic given the settings."""
     from ..data import load_named_dataset
@@ -115,13 +166,14 @@ def train_gym_base_model(settings: GymWarmStartSettings, progress: bool = True):
     train = load_named_dataset(resolve_dataset(settings.dataset))["train"]
     tokenizer = make_tokenizer()
     prompts = [prompt_text(tokenizer, p) for p in train["prompt"]]
-    completions = [completion_of(a) for a in train["answer"]]
     model = make_model_from_settings(tokenizer, settings)
     rng = random.Random(f"gym-warmstart-{settings.seed}")
+    # A separate stream for the varied solutions, so that the rows drawn are those of a gold warm start.
+    completion = demonstration_sampler(settings, train, random.Random(f"gym-warmstart-solutions-{settings.seed}"))
 
     def next_batch():
         rows = [rng.randrange(len(prompts)) for _ in range(settings.batch_size)]
-        return [prompts[i] for i in rows], [completions[i] for i in rows]
+        return [prompts[i] for i in rows], [completion(i) for i in rows]
 
     stats = supervised_warm_start(
         model,

@@ -242,7 +242,7 @@ QUICK_SIZES = StudySizes(
 
 def make_study() -> Study:
     self_tasks = make_self_study().tasks  # the self study's tasks, so that the cached bases are shared
-    tasks = {name: self_tasks[name] for name in ("chain_sum", "number_sorting", "toy")}
+    tasks = {name: self_tasks[name] for name in ("chain_sum", "number_sorting", "toy", "countdown")}
     arms = {
         "none": Arm("none", config={**_DAPO, "clip_recovery": "none"}),
         "nsr": Arm("nsr", config={**_DAPO, "clip_recovery": "nsr"}),
