@@ -2,7 +2,9 @@
 warm start, its trivial baseline, and a quick ``nsr`` study on it end to end."""
 
 import json
+import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -133,8 +135,14 @@ def test_a_tiny_varied_base_builds(tmp_path):
         "warmup_steps": 1,
     }
     path = gym_bases.get_gym_base_model_path(cache_dir=tmp_path, progress=False, **settings)
-    metadata = json.loads((tmp_path / "reasoning_gym" / path.rsplit("/", 1)[-1] / "warmstart.json").read_text())
+    metadata = json.loads((Path(path) / "warmstart.json").read_text())
     assert metadata["settings"]["demonstrations"] == "varied"
+    # the train-only measurements of a base: a 2-step model is still near uniform over its byte-level vocabulary
+    uniform = math.log(json.loads((Path(path) / "config.json").read_text())["vocab_size"])
+    entropy = gym_bases.sample_entropy(path, SMALL, num_problems=2, num_samples=2, max_new_tokens=4)
+    assert entropy["num_tokens"] > 0 and 0.5 * uniform < entropy["mean_token_entropy"] <= uniform + 1e-4
+    stats = gym_bases.describe_base(path, SMALL, num_problems=2, num_samples=2, split="train")
+    assert stats["num_problems"] == 2 and stats["frac_rate_0"] == 1.0  # a random model solves nothing
 
 
 def test_near_duplicate_key_is_numbers_and_target():

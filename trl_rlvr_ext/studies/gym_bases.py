@@ -236,11 +236,15 @@ def chance_rates(train_answers, test_answers) -> list[float]:
     return [counts.get(answer, 0) / len(train_answers) for answer in test_answers]
 
 
-def describe_base(model_path: str, dataset: str, num_problems: int = 100, num_samples: int = 32, seed: int = 0):
+def describe_base(
+    model_path: str, dataset: str, num_problems: int = 100, num_samples: int = 32, seed: int = 0, split: str = "test"
+):
     """The regime a base model puts RLVR in: pass@k on held-out problems, the spread of per-problem pass rates, and
     the chance rate of guessing from the answer distribution (a pass@k far above it means computing, not guessing).
 
-    Samples at temperature 1 (the policy's own distribution, as GRPO samples it). Returns a dict.
+    Samples at temperature 1 (the policy's own distribution, as GRPO samples it). ``split="train"`` measures the
+    same on the first train problems instead: what a setting may be chosen on without looking at held-out problems
+    (the chance rate is then that of the train answers on themselves). Returns a dict.
     """
     import numpy as np
 
@@ -248,8 +252,10 @@ def describe_base(model_path: str, dataset: str, num_problems: int = 100, num_sa
     from ..evaluation import evaluate_pass_at_k
     from ..rewards.reasoning_gym import reasoning_gym_reward
 
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r} must be 'train' or 'test'.")
     splits = load_named_dataset(resolve_dataset(dataset))
-    test = splits["test"].select(range(min(num_problems, splits["test"].num_rows)))
+    test = splits[split].select(range(min(num_problems, splits[split].num_rows)))
     result = evaluate_pass_at_k(
         model_path,
         test,
@@ -270,5 +276,67 @@ def describe_base(model_path: str, dataset: str, num_problems: int = 100, num_sa
         "frac_rate_between_0.1_0.9": float(np.mean((rates > 0.1) & (rates < 0.9))),
         "frac_rate_1": float(np.mean(rates == 1)),
         "num_problems": len(rates),
+        "num_samples": num_samples,
+    }
+
+
+def sample_entropy(
+    model_path: str,
+    dataset: str,
+    split: str = "train",
+    num_problems: int = 100,
+    num_samples: int = 8,
+    max_new_tokens: int = 48,
+    seed: int = 0,
+) -> dict:
+    """The mean entropy (nats) of a base model's next-token distribution over the tokens it samples itself at
+    temperature 1 (no top-k, no top-p), up to and including EOS, on the first ``num_problems`` problems of
+    ``split`` (``"train"`` by default: a number to choose a base by must not come from held-out problems).
+
+    Why: a clip rule for reused rollouts only binds on tokens whose probability can move, and a token with p close
+    to 1 (entropy near 0) cannot leave the trust region; this is the number that says whether a base has such
+    tokens. Returns ``{"mean_token_entropy", "num_tokens", "num_problems", "num_samples"}``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..data import load_named_dataset
+
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r} must be 'train' or 'test'.")
+    rows = load_named_dataset(resolve_dataset(dataset))[split]
+    rows = rows.select(range(min(num_problems, rows.num_rows)))
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    torch.manual_seed(seed)
+    total, count = 0.0, 0
+    for prompt in rows["prompt"]:
+        ids = tokenizer(prompt_text(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            out = model.generate(
+                ids.repeat(num_samples, 1),
+                attention_mask=torch.ones(num_samples, ids.size(1), dtype=torch.long),
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+        logits = torch.stack(out.logits, dim=1).float()  # [samples, new tokens, vocab], before any processing
+        entropy = -(logits.log_softmax(-1) * logits.softmax(-1)).sum(-1)
+        generated = out.sequences[:, ids.size(1) :]
+        # a token counts up to and including the first EOS (generate pads the finished rows after it)
+        after_eos = (generated == tokenizer.eos_token_id).long().cumsum(-1)
+        mask = (after_eos == 0) | ((after_eos == 1) & (generated == tokenizer.eos_token_id))
+        total += float((entropy * mask).sum())
+        count += int(mask.sum())
+    return {
+        "mean_token_entropy": total / count,
+        "num_tokens": count,
+        "num_problems": rows.num_rows,
         "num_samples": num_samples,
     }
