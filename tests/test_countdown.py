@@ -88,6 +88,11 @@ def test_gold_of_every_preset_train_problem_is_enumerated():
     assert all(golds_found)
     # the point of the preset: most problems have several solutions (median 6 when this was written)
     assert sorted(counts)[len(counts) // 2] >= 4 and sum(c >= 2 for c in counts) / len(counts) > 0.9
+    # the generation budget holds every solution a varied base was shown: <answer>...</answer> + EOS
+    from trl_rlvr_ext.studies import get_study
+
+    longest = max(len(s) for e in train["entry"] for s in entry_solutions(json.loads(e)))
+    assert len("<answer></answer>") + longest + 1 <= get_study("self").tasks["countdown"].max_completion_length
 
 
 def test_varied_demonstrations_differ_across_draws(small):
@@ -179,6 +184,7 @@ def test_trivial_baseline_is_graded_by_the_reward(small):
     assert num_correct == expected and 0 < sum(num_correct) < 64 * len(rows)
 
 
+@pytest.mark.slow
 def test_quick_nsr_study_on_countdown(tmp_path):
     from trl_rlvr_ext.cli import main
 

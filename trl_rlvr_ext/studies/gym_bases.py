@@ -49,10 +49,12 @@ PRESETS = {
     # three numbers 1-9 and a target 1-30, reach it with + - * / using each number once:
     # "Calculate 10 using all of these numbers: 2, 3, 4. ..." -> "4*3 - 2". Many expressions reach the target (median
     # 6 distinct solution strings per train problem, see trl_rlvr_ext.tasks.countdown), so a base warm-started on
-    # varied solutions (demonstrations="varied") has uncertain tokens that are still rewarded.
+    # varied solutions (demonstrations="varied") has uncertain tokens that are still rewarded. The problem space is
+    # small (the 2000 train rows hold 927 distinct problems), so dedup=near: with exact de-duplication 82 of the first
+    # 100 held-out problems were a train problem with another template or number order.
     "countdown": (
         "reasoning_gym:countdown?min_numbers=3&max_numbers=3&min_value=1&max_value=9&min_target=1&max_target=30"
-        "&size=2000&test_size=300&strip_template=true"
+        "&size=2000&test_size=300&strip_template=true&dedup=near"
     ),
 }
 # How a warm start writes a problem's demonstration: "gold" the dataset's one answer string; "varied" a solution

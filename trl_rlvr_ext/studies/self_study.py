@@ -183,8 +183,9 @@ def make_study() -> Study:
         # "<answer>['9.0', '25.0', '83.0']</answer>" + EOS = 42 tokens
         "number_sorting": _gym_task("number_sorting", "number_sorting", 44),
         "mixture": _gym_task("mixture", "chain_sum+number_sorting", 44),
-        # "<answer>" + at most 9 characters ("4*(8 - 6)": 3 one-digit numbers, 2 operators, 2 spaces, 2 parentheses,
-        # the longest gold and the longest enumerated solution alike) + "</answer>" + EOS = 27 tokens, 3 to spare
+        # "<answer>" + at most 11 characters (the longest enumerated solution, "9 - (5 - 3)"; the longest gold is 9,
+        # "4*(8 - 6)": reasoning-gym's generator never writes a bracketed right operand of -) + "</answer>" + EOS
+        # = 29 tokens, 1 to spare
         "countdown": _gym_task("countdown", "countdown", 30),
         # "[" + 10 digits + "]" + EOS
         "toy9": StudyTask("toy9", TOY9, "toy_accuracy", _toy9_base, _toy_gold, 13),
