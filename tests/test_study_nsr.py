@@ -79,9 +79,10 @@ def test_study_sizes_reuse_rollouts():
         # the runner uses gradient_accumulation_steps=1: more than one step per generation reuses the rollouts
         assert sizes.steps_per_generation > 1
     assert study.default_sizes(False).eval_samples == 64
-    # the self study's tasks (and so its cached bases), the toy included: the one task where >= 5 % is clipped
+    # the self study's tasks (and so its cached bases), the toy included (the one task where >= 5 % is clipped when
+    # this was written) and countdown (many solutions per problem, built for a second)
     self_tasks = get_study("self").tasks
-    assert list(study.tasks) == ["chain_sum", "number_sorting", "toy"]
+    assert list(study.tasks) == ["chain_sum", "number_sorting", "toy", "countdown"]
     for name, task in study.tasks.items():
         twin = self_tasks[name]
         assert (task.dataset, task.reward, task.max_completion_length) == (

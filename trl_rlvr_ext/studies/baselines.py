@@ -17,6 +17,9 @@ thing a tiny model picks up first and guessing the rest:
   and guesses every carry with a fair coin (it knows digit addition, not carrying, the task's skill);
   ``no_carries`` drops every carry (right exactly on the problems without one); ``uniform_support`` draws a sum
   uniformly from the range the operand width allows.
+- ``countdown``: ``random_expression`` writes the prompt's numbers in a random order with a random operator at each
+  node and a random bracketing (`trl_rlvr_ext.tasks.countdown.random_expression`): it knows the answer's form (each
+  number once, the four operators), not the arithmetic that reaches the target.
 - a mixture: each row takes its sub-task's policy of that name, or that sub-task's first (strongest) policy when it
   has none; the record also gives Pass@k per sub-task.
 
@@ -71,6 +74,20 @@ def prompt_terms(row: dict) -> list[int]:
     if expression not in _prompt_text(row):
         raise ValueError(f"The expression {expression!r} of the entry is not in the prompt {row['prompt']!r}.")
     return list(signed_terms(expression))
+
+
+def countdown_numbers(row: dict) -> list[int]:
+    """The numbers a countdown prompt lists, as the entry records them (reasoning-gym builds the question from them)."""
+    numbers = _entry(row)["metadata"]["numbers"]
+    if ", ".join(map(str, numbers)) not in _prompt_text(row):
+        raise ValueError(f"The numbers {numbers} of the entry are not in the prompt {row['prompt']!r}.")
+    return list(numbers)
+
+
+def _random_expression(row: dict, rng: random.Random) -> str:
+    from ..tasks.countdown import random_expression
+
+    return random_expression(countdown_numbers(row), rng)
 
 
 def _as_integer(number: str) -> str:
@@ -183,6 +200,15 @@ POLICIES: dict[str, list[TrivialPolicy]] = {
             _uniform_chain_sum,
         ),
         TrivialPolicy("copy_term", "chain_sum", "copy_term", "one of the prompt's signed terms", _copy_term),
+    ],
+    "countdown": [
+        TrivialPolicy(
+            "random_expression",
+            "countdown",
+            "random_expression",
+            "the prompt's numbers in a random order, random operators (+ - * /) and a random bracketing",
+            _random_expression,
+        ),
     ],
     "toy": [
         TrivialPolicy(

@@ -46,7 +46,21 @@ PRESETS = {
         "&number_sorting.min_decimals=0&number_sorting.max_decimals=0&number_sorting.min_value=0"
         "&number_sorting.max_value=99&size=2000&test_size=300&strip_template=true"
     ),
+    # three numbers 1-9 and a target 1-30, reach it with + - * / using each number once:
+    # "Calculate 10 using all of these numbers: 2, 3, 4. ..." -> "4*3 - 2". Many expressions reach the target (median
+    # 6 distinct solution strings per train problem, see trl_rlvr_ext.tasks.countdown), so a base warm-started on
+    # varied solutions (demonstrations="varied") has uncertain tokens that are still rewarded. The problem space is
+    # small (the 2000 train rows hold 927 distinct problems), so dedup=near: with exact de-duplication 82 of the first
+    # 100 held-out problems were a train problem with another template or number order.
+    "countdown": (
+        "reasoning_gym:countdown?min_numbers=3&max_numbers=3&min_value=1&max_value=9&min_target=1&max_target=30"
+        "&size=2000&test_size=300&strip_template=true&dedup=near"
+    ),
 }
+# How a warm start writes a problem's demonstration: "gold" the dataset's one answer string; "varied" a solution
+# drawn at random (uniformly among the distinct solutions) each time the problem is drawn, for tasks with many
+# valid answers (see `varied_solutions`).
+DEMONSTRATIONS = ("gold", "varied")
 
 
 def resolve_dataset(name: str) -> str:
@@ -65,7 +79,10 @@ class GymWarmStartSettings:
     ``dataset``: a ``reasoning_gym:`` name or a key of `PRESETS` (its ``train`` split is the demonstrations). Model
     size as in `trl_rlvr_ext.toy.make_model`. Optimisation: ``num_steps`` AdamW steps of ``batch_size`` train
     problems drawn uniformly, peak ``learning_rate`` with ``warmup_steps`` of linear warm-up then cosine decay to 10 %,
-    ``weight_decay``; ``seed``.
+    ``weight_decay``; ``seed``. ``demonstrations`` (see `DEMONSTRATIONS`): ``"gold"`` writes each problem's one
+    gold answer; ``"varied"`` a random one of all its solutions each time the problem is drawn (countdown only), so
+    that the base learns a distribution over the solutions instead of one string per problem, and its tokens stay
+    uncertain where the task allows several answers.
     """
 
     dataset: str = "chain_sum"
@@ -80,9 +97,12 @@ class GymWarmStartSettings:
     warmup_steps: int = 50
     weight_decay: float = 0.0
     seed: int = 0
+    demonstrations: str = "gold"
 
     def __post_init__(self):
         resolve_dataset(self.dataset)
+        if self.demonstrations not in DEMONSTRATIONS:
+            raise ValueError(f"demonstrations={self.demonstrations!r} must be one of {DEMONSTRATIONS}.")
         for name in ("num_steps", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer.")
@@ -92,6 +112,9 @@ class GymWarmStartSettings:
     def digest(self) -> str:
         payload = {"version": _BUILD_VERSION, "reasoning_gym": version("reasoning-gym"), **dataclasses.asdict(self)}
         payload["dataset"] = resolve_dataset(self.dataset)
+        if self.demonstrations == "gold":
+            # The field came after the first bases were cached: leaving its default out keeps their hashes.
+            del payload["demonstrations"]
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -107,6 +130,36 @@ def prompt_text(tokenizer, prompt) -> str:
     return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
 
+def varied_solutions(train) -> list[list[str]]:
+    """Per train row, every answer the task's verifier accepts (sorted): the pool ``demonstrations="varied"`` draws
+    from. Only countdown has an enumerator (`trl_rlvr_ext.tasks.countdown`); each row's gold must be among its
+    solutions, else the enumerator and the verifier disagree and the build stops."""
+    from ..tasks.countdown import entry_solutions
+
+    pools = []
+    for task, entry, gold in zip(train["task"], train["entry"], train["answer"]):
+        if task != "countdown":
+            raise ValueError(
+                f'demonstrations="varied" needs every train problem\'s solutions; only countdown has an enumerator, '
+                f'but a row is of the task {task!r}. Use demonstrations="gold" for it.'
+            )
+        solutions = entry_solutions(json.loads(entry))
+        if gold not in solutions:
+            raise ValueError(f"The gold {gold!r} of a countdown problem is not among its enumerated solutions.")
+        pools.append(solutions)
+    return pools
+
+
+def demonstration_sampler(settings: GymWarmStartSettings, train, rng: random.Random):
+    """``completion(row) -> str``: the demonstration of train row ``row`` under ``settings.demonstrations``. With
+    ``"varied"`` every call draws again (from ``rng``), so the same problem is shown with different solutions."""
+    if settings.demonstrations == "gold":
+        completions = [completion_of(a) for a in train["answer"]]
+        return completions.__getitem__
+    pools = varied_solutions(train)
+    return lambda row: completion_of(rng.choice(pools[row]))
+
+
 def train_gym_base_model(settings: GymWarmStartSettings, progress: bool = True):
     """Run the warm start; returns ``(model, tokenizer, stats)``. Deterministic given the settings."""
     from ..data import load_named_dataset
@@ -115,13 +168,14 @@ def train_gym_base_model(settings: GymWarmStartSettings, progress: bool = True):
     train = load_named_dataset(resolve_dataset(settings.dataset))["train"]
     tokenizer = make_tokenizer()
     prompts = [prompt_text(tokenizer, p) for p in train["prompt"]]
-    completions = [completion_of(a) for a in train["answer"]]
     model = make_model_from_settings(tokenizer, settings)
     rng = random.Random(f"gym-warmstart-{settings.seed}")
+    # A separate stream for the varied solutions, so that the rows drawn are those of a gold warm start.
+    completion = demonstration_sampler(settings, train, random.Random(f"gym-warmstart-solutions-{settings.seed}"))
 
     def next_batch():
         rows = [rng.randrange(len(prompts)) for _ in range(settings.batch_size)]
-        return [prompts[i] for i in rows], [completions[i] for i in rows]
+        return [prompts[i] for i in rows], [completion(i) for i in rows]
 
     stats = supervised_warm_start(
         model,
@@ -184,11 +238,15 @@ def chance_rates(train_answers, test_answers) -> list[float]:
     return [counts.get(answer, 0) / len(train_answers) for answer in test_answers]
 
 
-def describe_base(model_path: str, dataset: str, num_problems: int = 100, num_samples: int = 32, seed: int = 0):
+def describe_base(
+    model_path: str, dataset: str, num_problems: int = 100, num_samples: int = 32, seed: int = 0, split: str = "test"
+):
     """The regime a base model puts RLVR in: pass@k on held-out problems, the spread of per-problem pass rates, and
     the chance rate of guessing from the answer distribution (a pass@k far above it means computing, not guessing).
 
-    Samples at temperature 1 (the policy's own distribution, as GRPO samples it). Returns a dict.
+    Samples at temperature 1 (the policy's own distribution, as GRPO samples it). ``split="train"`` measures the
+    same on the first train problems instead: what a setting may be chosen on without looking at held-out problems
+    (the chance rate is then that of the train answers on themselves). Returns a dict.
     """
     import numpy as np
 
@@ -196,8 +254,10 @@ def describe_base(model_path: str, dataset: str, num_problems: int = 100, num_sa
     from ..evaluation import evaluate_pass_at_k
     from ..rewards.reasoning_gym import reasoning_gym_reward
 
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r} must be 'train' or 'test'.")
     splits = load_named_dataset(resolve_dataset(dataset))
-    test = splits["test"].select(range(min(num_problems, splits["test"].num_rows)))
+    test = splits[split].select(range(min(num_problems, splits[split].num_rows)))
     result = evaluate_pass_at_k(
         model_path,
         test,
@@ -218,5 +278,67 @@ def describe_base(model_path: str, dataset: str, num_problems: int = 100, num_sa
         "frac_rate_between_0.1_0.9": float(np.mean((rates > 0.1) & (rates < 0.9))),
         "frac_rate_1": float(np.mean(rates == 1)),
         "num_problems": len(rates),
+        "num_samples": num_samples,
+    }
+
+
+def sample_entropy(
+    model_path: str,
+    dataset: str,
+    split: str = "train",
+    num_problems: int = 100,
+    num_samples: int = 8,
+    max_new_tokens: int = 48,
+    seed: int = 0,
+) -> dict:
+    """The mean entropy (nats) of a base model's next-token distribution over the tokens it samples itself at
+    temperature 1 (no top-k, no top-p), up to and including EOS, on the first ``num_problems`` problems of
+    ``split`` (``"train"`` by default: a number to choose a base by must not come from held-out problems).
+
+    Why: a clip rule for reused rollouts only binds on tokens whose probability can move, and a token with p close
+    to 1 (entropy near 0) cannot leave the trust region; this is the number that says whether a base has such
+    tokens. Returns ``{"mean_token_entropy", "num_tokens", "num_problems", "num_samples"}``.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ..data import load_named_dataset
+
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r} must be 'train' or 'test'.")
+    rows = load_named_dataset(resolve_dataset(dataset))[split]
+    rows = rows.select(range(min(num_problems, rows.num_rows)))
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path).eval()
+    torch.manual_seed(seed)
+    total, count = 0.0, 0
+    for prompt in rows["prompt"]:
+        ids = tokenizer(prompt_text(tokenizer, prompt), add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            out = model.generate(
+                ids.repeat(num_samples, 1),
+                attention_mask=torch.ones(num_samples, ids.size(1), dtype=torch.long),
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+        logits = torch.stack(out.logits, dim=1).float()  # [samples, new tokens, vocab], before any processing
+        entropy = -(logits.log_softmax(-1) * logits.softmax(-1)).sum(-1)
+        generated = out.sequences[:, ids.size(1) :]
+        # a token counts up to and including the first EOS (generate pads the finished rows after it)
+        after_eos = (generated == tokenizer.eos_token_id).long().cumsum(-1)
+        mask = (after_eos == 0) | ((after_eos == 1) & (generated == tokenizer.eos_token_id))
+        total += float((entropy * mask).sum())
+        count += int(mask.sum())
+    return {
+        "mean_token_entropy": total / count,
+        "num_tokens": count,
+        "num_problems": rows.num_rows,
         "num_samples": num_samples,
     }

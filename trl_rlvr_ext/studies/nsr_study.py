@@ -22,8 +22,10 @@ Settings (``--setting``), ACPO's two regimes of reuse, declared here before thei
 - ``updates2``: 2 updates per rollout (8 prompts × 8 completions, 2 steps of 32 completions, used once): the same
   completions per update and the same number of updates, near on-policy.
 
-Tasks: reasoning-gym ``chain_sum`` and ``number_sorting`` with the ``self`` study's cached warm-started bases (the
-``[gym]`` extra), and the embedded toy (``toy:base``). With ``quick``, every task starts from the randomly initialised
+Tasks: reasoning-gym ``chain_sum``, ``number_sorting`` and ``countdown`` with the ``self`` study's cached
+warm-started bases (the ``[gym]`` extra), and the embedded toy (``toy:base``). ``countdown`` is there for the clip:
+its problems have a median of 6 distinct solutions and its base is warm-started on a random one per draw, so unlike
+the other reasoning-gym bases (one answer string per problem) it keeps uncertain tokens that still earn a reward. With ``quick``, every task starts from the randomly initialised
 tiny model (a smoke run).
 
 The regime: the clip only binds when rollouts are reused. Each generation batch is cut into ``steps_per_generation``
@@ -242,7 +244,7 @@ QUICK_SIZES = StudySizes(
 
 def make_study() -> Study:
     self_tasks = make_self_study().tasks  # the self study's tasks, so that the cached bases are shared
-    tasks = {name: self_tasks[name] for name in ("chain_sum", "number_sorting", "toy")}
+    tasks = {name: self_tasks[name] for name in ("chain_sum", "number_sorting", "toy", "countdown")}
     arms = {
         "none": Arm("none", config={**_DAPO, "clip_recovery": "none"}),
         "nsr": Arm("nsr", config={**_DAPO, "clip_recovery": "nsr"}),

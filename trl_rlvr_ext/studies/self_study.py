@@ -4,7 +4,8 @@ Arms: the base model; stock GRPO; GRPO with ``curation="self"`` (train only on p
 GRPO with ``curation="pass_rate"``; stock GRPO stopped after as many updates as the same-seed SELF run made
 (``grpo_same_budget``: SELF skips steps whose batch it drops whole, so it trains less). Tasks: the embedded toy
 (``toy:arithmetic``), the toy at nine digits (``toy9``, see `TOY9`) and the reasoning-gym presets of
-`trl_rlvr_ext.studies.gym_bases` (each with its own warm-started base), the latter needing the ``[gym]`` extra.
+`trl_rlvr_ext.studies.gym_bases` (each with its own warm-started base; countdown's on varied solutions, see
+`GYM_BASE_DEMONSTRATIONS`), the latter needing the ``[gym]`` extra.
 With ``quick``, every task starts from the randomly initialised tiny model instead (a smoke run).
 """
 
@@ -105,7 +106,14 @@ TOY9_COMMAND = (
 # Warm-start steps of the reasoning-gym bases (see trl_rlvr_ext.studies.gym_bases; cached by their settings),
 # chosen for a wide spread of per-problem pass rates (measured: see describe_base). The mixture learns two skills
 # and needs more steps for the same spread.
-GYM_BASE_STEPS = {"chain_sum": 400, "number_sorting": 400, "chain_sum+number_sorting": 1000}
+GYM_BASE_STEPS = {"chain_sum": 400, "number_sorting": 400, "chain_sum+number_sorting": 1000, "countdown": 1000}
+# Presets whose bases are warm-started on a random valid solution per draw (GymWarmStartSettings.demonstrations):
+# countdown has a median of 6 distinct solutions per problem, and a base shown one of them would be as
+# near-deterministic as the other bases. Its 1000 steps were chosen before any build, not measured: the default of
+# GymWarmStartSettings and the mixture's budget, since the task (search over expressions, a spread over several
+# answers) is harder than chain_sum's (400); 1000 x 64 draws show each of the 2000 train problems about 32 times,
+# each of its ~6 solutions about 5 times, few enough that the base still fails on some problems.
+GYM_BASE_DEMONSTRATIONS = {"countdown": "varied"}
 
 
 def _tiny(quick: bool) -> str:
@@ -141,7 +149,11 @@ def _gym_base(preset: str):
             return _tiny(quick)
         from .gym_bases import get_gym_base_model_path
 
-        return get_gym_base_model_path(dataset=preset, num_steps=GYM_BASE_STEPS[preset])
+        return get_gym_base_model_path(
+            dataset=preset,
+            num_steps=GYM_BASE_STEPS[preset],
+            **({"demonstrations": GYM_BASE_DEMONSTRATIONS[preset]} if preset in GYM_BASE_DEMONSTRATIONS else {}),
+        )
 
     return base_model
 
@@ -171,6 +183,10 @@ def make_study() -> Study:
         # "<answer>['9.0', '25.0', '83.0']</answer>" + EOS = 42 tokens
         "number_sorting": _gym_task("number_sorting", "number_sorting", 44),
         "mixture": _gym_task("mixture", "chain_sum+number_sorting", 44),
+        # "<answer>" + at most 11 characters (the longest enumerated solution, "9 - (5 - 3)"; the longest gold is 9,
+        # "4*(8 - 6)": reasoning-gym's generator never writes a bracketed right operand of -) + "</answer>" + EOS
+        # = 29 tokens, 1 to spare
+        "countdown": _gym_task("countdown", "countdown", 30),
         # "[" + 10 digits + "]" + EOS
         "toy9": StudyTask("toy9", TOY9, "toy_accuracy", _toy9_base, _toy_gold, 13),
     }

@@ -29,7 +29,7 @@ Options (everything after ``?``, ``&``-separated):
 
 - ``dedup`` (default ``exact``): which held-out problems are dropped as copies of train ones. ``exact``: the same
   question. ``near``: also the same problem up to a reordering (`near_duplicate_key`: chain_sum the multiset of
-  signed terms, number_sorting the multiset of numbers, any other task its question with case and whitespace
+  signed terms, number_sorting the multiset of numbers, countdown the multiset of numbers and the target, any other task its question with case and whitespace
   normalised), so ``"3 + 4 - 1"`` is dropped when ``"4 - 1 + 3"`` is a train problem.
 - ``stratify`` (default false): draw the held-out split with the train split's composition over the generator's own
   options (`problem_stratum`: the task of a mixture, and the per-problem values of the options reasoning-gym lists
@@ -311,14 +311,20 @@ def _number_sorting_key(entry: dict) -> tuple:
     return tuple(sorted(float(number) for number in entry["metadata"]["original_numbers"]))
 
 
+def _countdown_key(entry: dict) -> tuple:
+    # The three prompt templates and the shuffled number order change the question, not the problem.
+    return (tuple(sorted(entry["metadata"]["numbers"])), entry["metadata"]["target"])
+
+
 # task -> the identity of a problem up to reordering; the other tasks fall back to the normalised question.
-NEAR_DUPLICATE_KEYS = {"chain_sum": _chain_sum_key, "number_sorting": _number_sorting_key}
+NEAR_DUPLICATE_KEYS = {"chain_sum": _chain_sum_key, "number_sorting": _number_sorting_key, "countdown": _countdown_key}
 
 
 def near_duplicate_key(entry: dict, task: str) -> tuple:
     """What two problems share when one is a reordering of the other: chain_sum the multiset of signed terms
     (``"4 - 1 + 3"`` and ``"3 + 4 - 1"``, same answer), number_sorting the multiset of numbers (whatever the order
-    and the direction asked for), any other task its question lower-cased with whitespace collapsed."""
+    and the direction asked for), countdown the multiset of numbers and the target (whatever the prompt template and
+    the order the numbers are listed in), any other task its question lower-cased with whitespace collapsed."""
     key = NEAR_DUPLICATE_KEYS.get(task)
     return (task, key(entry) if key else " ".join(entry["question"].lower().split()))
 
