@@ -4,7 +4,7 @@
     trl-rlvr-ext study self --quick --tasks toy        # a smoke run in seconds; its numbers mean nothing
     trl-rlvr-ext study self --tasks 'reasoning_gym:count_bits?max_n=63'   # a study on your own task
     trl-rlvr-ext study report self [--check]           # render docs/evidence/self.md from its records
-    trl-rlvr-ext study export nsr outputs/studies/nsr docs/evidence/data/nsr/lr3e-4.jsonl   # runs -> records
+    trl-rlvr-ext study export nsr outputs/studies/nsr docs/evidence/data/nsr/lr3e-4.jsonl.gz   # runs -> records
 
 Finished runs (``<out_dir>/<task>/<arm>/seed<k>/result.json``) are loaded, not redone. ``study report`` renders the
 evidence pages' tables, intervals and verdicts from the committed records (`trl_rlvr_ext.studies.report`).

@@ -317,7 +317,7 @@ PAGES = {
         "nsr",
         "docs/evidence/nsr.md",
         (
-            PageSetting("lr3e-4", "lr 3e-4", ("docs/evidence/data/nsr/lr3e-4.jsonl",), {"learning_rate": 3e-4}),
+            PageSetting("lr3e-4", "lr 3e-4", ("docs/evidence/data/nsr/lr3e-4.jsonl.gz",), {"learning_rate": 3e-4}),
             # the ACPO / DelTA extension: ACPO's two regimes, pre-registered in nsr_study (fresh seeds 10-14)
             PageSetting(
                 "updates16",
