@@ -104,16 +104,14 @@ def test_records_schema_determinism_and_the_mixture_per_task():
 
 
 def test_committed_trivial_records_cover_every_evaluation_set_and_reproduce():
-    records = [
-        json.loads(line)
-        for path in sorted(DATA.rglob("*.jsonl"))
-        if path.name != "trivial.jsonl"
-        for line in path.read_text().splitlines()
-        if line.strip()
-    ]
+    from trl_rlvr_ext.scripts.study_baselines import read_records
+
+    # every records file the CLI reads (gzip-compressed ones included), the trivial records themselves left out
+    records = [r for r in read_records([str(DATA)]) if not r["arm"].startswith("trivial")]
     trivial = [json.loads(line) for line in (DATA / "trivial.jsonl").read_text().splitlines()]
     sets = baselines.study_evaluation_sets(records, studies={"self", "nsr", "is_dpo", "lora_init"})
-    assert {s["task"] for s in sets} == {"toy", "chain_sum", "number_sorting", "mixture"}
+    assert {s["task"] for s in sets} == {"toy", "toy9", "chain_sum", "number_sorting", "mixture"}
+    assert {(s["task"], s["num_samples"]) for s in sets} >= {("toy", 64), ("toy", 256), ("chain_sum", 64)}
     for evaluation_set in sets:
         mine = [
             r

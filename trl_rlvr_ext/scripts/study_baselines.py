@@ -25,7 +25,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--records",
         default="docs/evidence/data",
-        help="Comma-separated study records: .jsonl files, or folders searched for *.jsonl and result.json.",
+        help="Comma-separated study records: .jsonl(.gz) files, or folders searched for them and result.json.",
     )
     parser.add_argument(
         "--studies",
@@ -38,17 +38,21 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def read_records(paths: list[str]) -> list[dict]:
-    """The records in ``paths``: JSONL files (one record a line), or folders holding them or runs' result.json."""
+    """The records in ``paths``: JSONL files (one record a line, ``.jsonl.gz`` compressed), or folders holding them or
+    runs' result.json."""
+    from ..studies.records import read_records_text
+
     records = []
     for path in map(Path, paths):
         if not path.exists():
             raise FileNotFoundError(f"No such records file or folder: {str(path)!r}.")
-        files = sorted(path.rglob("*.jsonl")) + sorted(path.rglob("result.json")) if path.is_dir() else [path]
+        patterns = ("*.jsonl", "*.jsonl.gz", "result.json")
+        files = [f for pattern in patterns for f in sorted(path.rglob(pattern))] if path.is_dir() else [path]
         for file in files:
             if file.name == "result.json":
                 records.append(json.loads(file.read_text()))
-            else:
-                records += [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+            else:  # a records file, gzip-compressed or not (trl_rlvr_ext.studies.records)
+                records += [json.loads(line) for line in read_records_text(file).splitlines() if line.strip()]
     return records
 
 
