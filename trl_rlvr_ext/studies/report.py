@@ -114,6 +114,35 @@ def frontier_block(page: "Page", setting: PageSetting, task: str, records: list[
     return {"frontier": "\n".join(lines)}
 
 
+def is_dpo_blocks(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
+    """The is_dpo page's blocks per task and setting: the frontier (`frontier_block`) and, for a setting with a
+    validation split, the matched-KL comparisons (`trl_rlvr_ext.studies.frontier`) and each early-stopped run's
+    step."""
+    from .frontier import compare_records, matched_kl_table
+    from .is_dpo_study import MATCHED_KL_CLAIMS, MATCHED_KL_GRID
+
+    blocks = frontier_block(page, setting, task, records)
+    if not any(r.get("frontier_validation") for r in records):
+        return blocks
+    claims = [c for c in MATCHED_KL_CLAIMS if not c.settings or setting.name in c.settings]
+    comparisons = compare_records(claims, records, MATCHED_KL_GRID)
+    blocks["matched_kl"] = matched_kl_table(comparisons) if comparisons else "No pair of compared arms ran."
+    stopped = sorted((r for r in records if r.get("early_stopping")), key=lambda r: (r["arm"], r["seed"]))
+    lines = _table(
+        ["run", "chosen step", "validation greedy accuracy there"],
+        [
+            [
+                f"{r['arm']} seed {r['seed']}",
+                str(r["early_stopping"]["chosen_step"]),
+                f"{r['early_stopping']['validation_greedy_acc']:.3f}",
+            ]
+            for r in stopped
+        ],
+    )
+    blocks["early_stopping"] = "\n".join(lines)
+    return blocks
+
+
 def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
     """The boundary per problem: against the same-seed base, the problems an arm lost (the base solved them at least
     once in its n samples, the arm never) and gained (the reverse), per seed; the net change, gained − lost, is
@@ -224,7 +253,9 @@ def stability_block(page: "Page", setting: PageSetting, task: str, records: list
         drop = max(base - r["pass_at_k"]["1"] for r in runs)
         verdict = "yes" if all(stable(r, base) for r in runs) else "**no**"
         rows.append([arm, ",".join(str(r["seed"]) for r in runs), cells, f"{drop:+.3f}", verdict])
-    lines = _table(["arm", "seeds", "pass@1 per seed", "largest drop below the base (negative: above it)", "stable"], rows)
+    lines = _table(
+        ["arm", "seeds", "pass@1 per seed", "largest drop below the base (negative: above it)", "stable"], rows
+    )
     lines += [
         "",
         f"Base pass@1: {base:.3f} (mean of its seeds). Stable: every seed's pass@1 at most {STABLE_MARGIN:.2f} below it.",
@@ -355,6 +386,12 @@ PAGES = {
                 exploratory="selected on the test set: the learning rate was chosen on dpo_b0.01 seed 0's held-out "
                 "greedy accuracy (the frontier's problems), and seed 0 is reported",
             ),
+            # the dense early frontier with a validation split, declared in is_dpo_study before its runs (seeds 10-14)
+            PageSetting(
+                "dense",
+                "dense early frontier, validation split, lr 3e-5, 120 steps",
+                ("docs/evidence/data/is_dpo_dense.jsonl",),
+            ),
         ),
         "IS-DAA",
         columns=(
@@ -363,7 +400,7 @@ PAGES = {
             Column("rejected logp (last log)", _last("logps/rejected"), 2),
             Column("train pref. accuracy (last log)", _last("rewards/accuracies"), 3),
         ),
-        extra_blocks=frontier_block,
+        extra_blocks=is_dpo_blocks,
     ),
     "lora_init": Page(
         "lora_init",
