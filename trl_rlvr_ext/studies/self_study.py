@@ -103,6 +103,18 @@ TOY9_COMMAND = (
     + " --max_steps 100 --out_dir <dir>"
 )
 
+# The toy's main setting (seeds 0-2 ran first) completed to 5 seeds, and given the same-budget arm on every seed: on
+# the toy SELF skipped about half its steps, the largest budget confound of the study. Declared here before these
+# runs; the design is otherwise unchanged (same arms, sizes, claims). The runs read the SELF runs of seeds 0-2 from
+# their records (the same result.json content) to set grpo_same_budget's updates.
+TOY_ADDED_SEEDS = (3, 4)
+TOY_ADDED_COMMANDS = (
+    "trl-rlvr-ext study self --tasks toy --arms "
+    + ",".join(TOY9_ARMS)
+    + " --seeds 3,4 --max_steps 100 --out_dir <dir>",
+    "trl-rlvr-ext study self --tasks toy --arms grpo_same_budget --seeds 0,1,2 --max_steps 100 --out_dir <dir>",
+)
+
 # Warm-start steps of the reasoning-gym bases (see trl_rlvr_ext.studies.gym_bases; cached by their settings),
 # chosen for a wide spread of per-problem pass rates (measured: see describe_base). The mixture learns two skills
 # and needs more steps for the same spread.
