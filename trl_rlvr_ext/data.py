@@ -26,13 +26,14 @@ _TOY_WITH_OPTIONS = ("toy:arithmetic", "toy:base")
 DATA_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet", ".arrow": "arrow"}
 
 
-def parse_toy_name(name: str) -> tuple[str, dict[str, int]]:
+def parse_toy_name(name: str, kind: str = "") -> tuple[str, dict[str, int]]:
     """``"toy:arithmetic?max_digits=9" -> ("toy:arithmetic", {"max_digits": 9})``: a toy name and its options (integers
-    among `TOY_OPTIONS`, only on ``toy:arithmetic`` and ``toy:base``). Raises naming the fix on anything else."""
+    among `TOY_OPTIONS`, only on ``toy:arithmetic`` and ``toy:base``). ``kind`` (``"model"`` or ``"dataset"``) limits
+    the names to that kind's. Raises naming the fix on anything else."""
     stem, _, query = name.partition("?")
-    known = {**TOY_MODELS, **TOY_DATASETS}
+    known = {"model": TOY_MODELS, "dataset": TOY_DATASETS}.get(kind, {**TOY_MODELS, **TOY_DATASETS})
     if stem not in known:
-        raise ValueError(f"Unknown toy name {stem!r}. Use one of {sorted(known)}.")
+        raise ValueError(f"Unknown toy {kind or 'name'} {name!r}. Use one of {sorted(known)}.")
     if not query:
         return stem, {}
     if stem not in _TOY_WITH_OPTIONS:
@@ -51,27 +52,35 @@ def parse_toy_name(name: str) -> tuple[str, dict[str, int]]:
     return stem, options
 
 
+def toy_base_for(dataset: str) -> str:
+    """The ``toy:base`` name warm-started on a ``toy:arithmetic`` name's digit range (``toy:arithmetic?max_digits=9``
+    -> ``toy:base?max_digits=9``)."""
+    query = dataset.partition("?")[2]
+    if parse_toy_name(dataset, "dataset")[0] != "toy:arithmetic":
+        raise ValueError(f"{dataset!r} is not a toy:arithmetic name: only that task has a toy base.")
+    return "toy:base" + (f"?{query}" if query else "")
+
+
 def resolve_model_name_or_path(name_or_path: str | None) -> str:
     """A model path or hub id; ``toy:base`` and ``toy:tiny`` resolve to local directories (built offline)."""
     if not name_or_path:
         raise ValueError("No model given: set `model_name_or_path` (a hub id, a local directory, or 'toy:base').")
     if not name_or_path.startswith(TOY_PREFIX):
         return name_or_path
-    stem, options = parse_toy_name(name_or_path)
+    stem, options = parse_toy_name(name_or_path, "model")
     if stem == "toy:base":
         from .toy.warmstart import get_base_model_path
 
         return get_base_model_path(**options)
-    if name_or_path in ("toy:tiny", "toy:vllm"):
-        from .toy import VLLM_SHAPE, save_tiny_model
-        from .toy.warmstart import default_cache_root
+    # toy:tiny or toy:vllm (parse_toy_name refused every other name, and options on these)
+    from .toy import VLLM_SHAPE, save_tiny_model
+    from .toy.warmstart import default_cache_root
 
-        shape, folder = ({}, "tiny-random") if name_or_path == "toy:tiny" else (VLLM_SHAPE, "vllm-random")
-        path = default_cache_root() / "toy" / folder
-        if not (path / "config.json").is_file():
-            save_tiny_model(path, **shape)
-        return str(path)
-    raise ValueError(f"Unknown toy model {name_or_path!r}. Use one of {sorted(TOY_MODELS)}.")
+    shape, folder = ({}, "tiny-random") if stem == "toy:tiny" else (VLLM_SHAPE, "vllm-random")
+    path = default_cache_root() / "toy" / folder
+    if not (path / "config.json").is_file():
+        save_tiny_model(path, **shape)
+    return str(path)
 
 
 # "name" or "org/name": what a hub id looks like (a path with more parts, or starting with . / ~, cannot be one)
@@ -93,9 +102,7 @@ def check_model_name_or_path(name_or_path: str) -> None:
     if not name_or_path:
         raise ValueError("No model given: pass a hub id, a local directory, or 'toy:base'.")
     if name_or_path.startswith(TOY_PREFIX):
-        if name_or_path.split("?")[0] not in TOY_MODELS:
-            raise ValueError(f"Unknown toy model {name_or_path!r}. Use one of {sorted(TOY_MODELS)}.")
-        parse_toy_name(name_or_path)
+        parse_toy_name(name_or_path, "model")
         return
     path = os.path.expanduser(name_or_path)
     if os.path.isdir(path):
@@ -161,18 +168,14 @@ def is_network_error(error: BaseException) -> bool:
 
 
 def _load_toy_dataset(name: str):
-    if name.split("?")[0] not in TOY_DATASETS:
-        raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
-    stem, options = parse_toy_name(name)
+    stem, options = parse_toy_name(name, "dataset")
     if stem == "toy:arithmetic":
         from .toy.task import make_task_datasets
 
         return make_task_datasets(**options)
-    if stem == "toy:preference":
-        from .toy.preference import load_toy_dataset
+    from .toy.preference import load_toy_dataset  # toy:preference, the only other toy dataset
 
-        return load_toy_dataset(name)
-    raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
+    return load_toy_dataset(name)
 
 
 def check_dataset_name(name: str) -> None:
@@ -181,9 +184,7 @@ def check_dataset_name(name: str) -> None:
     if not name:
         raise ValueError(f"No dataset given: pass a hub id, a local file or folder, or one of {sorted(TOY_DATASETS)}.")
     if name.startswith(TOY_PREFIX):
-        if name.split("?")[0] not in TOY_DATASETS:
-            raise ValueError(f"Unknown toy dataset {name!r}. Use one of {sorted(TOY_DATASETS)}.")
-        parse_toy_name(name)
+        parse_toy_name(name, "dataset")
         return
     if name.startswith(REASONING_GYM_PREFIX):
         from .tasks.reasoning_gym import parse_name

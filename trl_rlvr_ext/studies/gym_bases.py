@@ -238,6 +238,16 @@ def chance_rates(train_answers, test_answers) -> list[float]:
     return [counts.get(answer, 0) / len(train_answers) for answer in test_answers]
 
 
+def _first_problems(dataset: str, split: str, num_problems: int):
+    """``(splits, rows)``: a dataset's splits and the first ``num_problems`` rows of ``split`` (train or test)."""
+    from ..data import load_named_dataset
+
+    if split not in ("train", "test"):
+        raise ValueError(f"split={split!r} must be 'train' or 'test'.")
+    splits = load_named_dataset(resolve_dataset(dataset))
+    return splits, splits[split].select(range(min(num_problems, splits[split].num_rows)))
+
+
 def describe_base(
     model_path: str, dataset: str, num_problems: int = 100, num_samples: int = 32, seed: int = 0, split: str = "test"
 ):
@@ -250,14 +260,10 @@ def describe_base(
     """
     import numpy as np
 
-    from ..data import load_named_dataset
     from ..evaluation import evaluate_pass_at_k
     from ..rewards.reasoning_gym import reasoning_gym_reward
 
-    if split not in ("train", "test"):
-        raise ValueError(f"split={split!r} must be 'train' or 'test'.")
-    splits = load_named_dataset(resolve_dataset(dataset))
-    test = splits[split].select(range(min(num_problems, splits[split].num_rows)))
+    splits, test = _first_problems(dataset, split, num_problems)
     result = evaluate_pass_at_k(
         model_path,
         test,
@@ -302,12 +308,7 @@ def sample_entropy(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ..data import load_named_dataset
-
-    if split not in ("train", "test"):
-        raise ValueError(f"split={split!r} must be 'train' or 'test'.")
-    rows = load_named_dataset(resolve_dataset(dataset))[split]
-    rows = rows.select(range(min(num_problems, rows.num_rows)))
+    rows = _first_problems(dataset, split, num_problems)[1]
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path).eval()
     torch.manual_seed(seed)

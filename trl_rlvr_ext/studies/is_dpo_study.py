@@ -750,15 +750,20 @@ def plot_frontier(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
     ]
 
 
+def matched_kl_comparisons(rows: list[dict], settings: set) -> list:
+    """`MATCHED_KL_CLAIMS` that apply to ``settings`` (the settings of ``rows``, one task's runs), compared at
+    `MATCHED_KL_GRID` on the test problems' frontier (`trl_rlvr_ext.studies.frontier.compare_records`)."""
+    claims = [c for c in MATCHED_KL_CLAIMS if not c.settings or settings <= set(c.settings)]
+    return compare_records(claims, rows, MATCHED_KL_GRID)
+
+
 def matched_kl_section(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
     """The matched-KL comparisons (`MATCHED_KL_CLAIMS` at `MATCHED_KL_GRID`, test problems) of the runs of a
     setting with a validation split, and each early-stopped run's chosen step; nothing for the records' design."""
     if not any(r.get("frontier_validation") for r in rows):
         return []
     lines = ["", f"Matched KL (the test problems' frontier, KL grid {', '.join(map(str, MATCHED_KL_GRID))}):", ""]
-    settings = {r.get("setting") for r in rows}
-    claims = [c for c in MATCHED_KL_CLAIMS if not c.settings or settings <= set(c.settings)]
-    comparisons = compare_records(claims, rows, MATCHED_KL_GRID)
+    comparisons = matched_kl_comparisons(rows, {r.get("setting") for r in rows})
     lines += [matched_kl_table(comparisons) if comparisons else "(no pair of compared arms ran)", ""]
     stopped = [r for r in rows if r.get("early_stopping")]
     for r in stopped:

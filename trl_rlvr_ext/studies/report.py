@@ -118,14 +118,13 @@ def is_dpo_blocks(page: "Page", setting: PageSetting, task: str, records: list[d
     """The is_dpo page's blocks per task and setting: the frontier (`frontier_block`) and, for a setting with a
     validation split, the matched-KL comparisons (`trl_rlvr_ext.studies.frontier`) and each early-stopped run's
     step."""
-    from .frontier import compare_records, matched_kl_table
-    from .is_dpo_study import MATCHED_KL_CLAIMS, MATCHED_KL_GRID
+    from .frontier import matched_kl_table
+    from .is_dpo_study import matched_kl_comparisons
 
     blocks = frontier_block(page, setting, task, records)
     if not any(r.get("frontier_validation") for r in records):
         return blocks
-    claims = [c for c in MATCHED_KL_CLAIMS if not c.settings or setting.name in c.settings]
-    comparisons = compare_records(claims, records, MATCHED_KL_GRID)
+    comparisons = matched_kl_comparisons(records, {setting.name})
     blocks["matched_kl"] = matched_kl_table(comparisons) if comparisons else "No pair of compared arms ran."
     stopped = sorted((r for r in records if r.get("early_stopping")), key=lambda r: (r["arm"], r["seed"]))
     lines = _table(
@@ -874,9 +873,9 @@ def render_study(name: str, root: Path) -> tuple[dict[str, str], list[Part]]:
     from . import get_study
 
     page, study = PAGES[name], get_study(name)
-    blocks, parts, by_setting = {}, [], {}
+    blocks, parts, by_setting, all_records = {}, [], {}, {}
     for setting in page.settings:
-        records = setting_records(study, setting, root)
+        records = all_records[setting.name] = setting_records(study, setting, root)
         # the commands and wall times of the runs made in this setting (an untrained arm's runs are listed where
         # their sizes match, not again under every setting that shows them)
         by_setting[setting.name] = [
@@ -892,7 +891,6 @@ def render_study(name: str, root: Path) -> tuple[dict[str, str], list[Part]]:
                     blocks[f"{prefix}:{suffix}"] = text
         parts += judge_parts(name, study, setting, records)
     if page.page_blocks is not None:
-        all_records = {setting.name: setting_records(study, setting, root) for setting in page.settings}
         for suffix, text in page.page_blocks(page, all_records).items():
             blocks[f"{name}:{suffix}"] = text
     blocks[f"{name}:claims"] = claims_table(parts)

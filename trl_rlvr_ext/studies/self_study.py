@@ -141,9 +141,9 @@ def _toy_base(quick: bool) -> str:
 
 
 def _toy9_base(quick: bool) -> str:
-    from ..data import resolve_model_name_or_path
+    from ..data import resolve_model_name_or_path, toy_base_for
 
-    return resolve_model_name_or_path("toy:tiny" if quick else "toy:base" + TOY9[len("toy:arithmetic") :])
+    return resolve_model_name_or_path("toy:tiny" if quick else toy_base_for(TOY9))
 
 
 def _kept_prompts(result: dict) -> float | None:

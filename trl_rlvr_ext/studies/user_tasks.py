@@ -77,12 +77,10 @@ def dataset_task(dataset: str, reward: str | None = None, base_model: str | None
 
         base, reward = warm_started, reward or "reasoning_gym"
     elif dataset.split("?")[0] == "toy:arithmetic":
-        from ..data import parse_toy_name
+        from ..data import toy_base_for
         from ..toy.task import format_completion
 
-        # the base is warm-started on the task's own digit range (toy:base with the same options)
-        toy_base_name = "toy:base" + dataset[len("toy:arithmetic") :]
-        parse_toy_name(dataset)
+        toy_base_name = toy_base_for(dataset)  # warm-started on the task's own digit range
 
         def toy_base(quick: bool) -> str:
             from ..data import resolve_model_name_or_path
