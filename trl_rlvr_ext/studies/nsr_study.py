@@ -120,7 +120,8 @@ EXTENSION_SEEDS = [10, 11, 12, 13, 14]
 # Where the extension runs, task -> settings: the toy in both regimes, then number_sorting (a second task, where the
 # trivial baselines' pass@1 is far below the base's: 0.173 against 0.428) in the 16-update regime only, as CPU time
 # allows. chain_sum is left out: a guess with random operator signs scores pass@1 above its base (0.324 against 0.296).
-EXTENSION_RUNS = {"toy": ["updates16", "updates2"], "number_sorting": ["updates16"]}
+# countdown (declared with `COUNTDOWN_COMMANDS`, below) in the 16-update regime too.
+EXTENSION_RUNS = {"toy": ["updates16", "updates2"], "number_sorting": ["updates16"], "countdown": ["updates16"]}
 
 # The main design (lr 3e-4, no --setting) ran seeds 0-2 on toy, chain_sum and number_sorting. Seeds 3 and 4 complete
 # it to the five seeds every headline comparison needs; declared here before their runs, with the design unchanged
@@ -131,6 +132,19 @@ EXTENSION_RUNS = {"toy": ["updates16", "updates2"], "number_sorting": ["updates1
 MAIN_SEEDS = [0, 1, 2, 3, 4]
 MAIN_ARMS = ["none", "nsr", "nsr_expected", "cispo", "sapo"]
 MAIN_ADDED_COMMAND = "trl-rlvr-ext study nsr --arms " + ",".join(MAIN_ARMS) + " --seeds 3,4 --out_dir <dir>"
+
+# countdown, the task built for the clip (many valid expressions per problem, a base warm-started on varied solutions,
+# see trl_rlvr_ext.studies.gym_bases), runs both designs unchanged, declared here before any of its runs: the main
+# design's arms on seeds 0-4 (lr 3e-4, no --setting) and the extension's arms in the 16-update regime on seeds 10-14
+# (`EXTENSION_RUNS`). Its claims are the designs' own (`CLAIMS`), judged on countdown as on every other task.
+COUNTDOWN_COMMANDS = (
+    "trl-rlvr-ext study nsr --tasks countdown --arms " + ",".join(MAIN_ARMS) + " --seeds 0,1,2,3,4 --out_dir <dir>",
+    "trl-rlvr-ext study nsr --tasks countdown --setting updates16 --arms "
+    + ",".join(EXTENSION_ARMS)
+    + " --seeds "
+    + ",".join(map(str, EXTENSION_SEEDS))
+    + " --out_dir <dir>",
+)
 
 # The pre-declared comparisons the evidence page judges (trl_rlvr_ext.studies.verdicts), on every task and setting
 # where both arms ran. "NSR stabilises training" is not among them: its indicator (`collapsed`) is one number per run,
