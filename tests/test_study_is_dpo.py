@@ -213,7 +213,8 @@ def test_validation_split_is_disjoint_from_the_test_problems_and_every_train_pro
 
     from trl_rlvr_ext.data import load_named_dataset
     from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.is_dpo_study import DATA_PROMPTS, IS_DPO_SIZES, validation_split
+    from trl_rlvr_ext.studies.is_dpo_study import DATA_PROMPTS, IS_DPO_SIZES
+    from trl_rlvr_ext.studies.runner import validation_split
 
     task = get_study("is_dpo").tasks["number_sorting"]
     splits = load_named_dataset(task.dataset)

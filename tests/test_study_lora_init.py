@@ -164,7 +164,9 @@ def test_every_method_has_its_sweep():
     from trl_rlvr_ext.studies.lora_init_study import FULL_RATES, LORA_RATES, LORA_SETTINGS
 
     study = get_study("lora_init")
-    assert len(study.arms) == 1 + 6 * 3
+    # the first design's arms run by default; the validated design's ladder adds 3 rates per method, in its settings
+    assert len(study.default_arms(None)) == 1 + 6 * 3 and len(study.arms) == 1 + 6 * 3 + 6 * 3
+    assert study.arms["rlpo@1.5e-4"].settings == ("sweep", "confirm") and not study.arms["rlpo@5e-4"].settings
     for method in ("lora", "rlpo", "rlmo", "pissa", "milora"):
         for rate in LORA_RATES:
             arm = study.arms[f"{method}@{rate}"]
@@ -173,3 +175,64 @@ def test_every_method_has_its_sweep():
     for rate in FULL_RATES:
         assert study.arms[f"full@{rate}"].peft is None
     assert max(map(float, FULL_RATES)) <= min(map(float, LORA_RATES))
+
+
+def test_extension_rates_by_hand():
+    """The grid goes past its edge while a method's best validation pass@1 is at the lowest or highest rate it ran,
+    one ladder step at a time; an interior best needs nothing; the ladder's end fails."""
+    from trl_rlvr_ext.studies.lora_init_study import SWEEP_SEED, extension_rates
+
+    seed = SWEEP_SEED
+    results = [
+        _result("base", seed, 0.9),
+        *(_result(f"lora@{r}", seed, p) for r, p in (("5e-4", 0.40), ("1.5e-3", 0.45), ("5e-3", 0.10))),  # interior
+        *(_result(f"rlpo@{r}", seed, p) for r, p in (("5e-4", 0.50), ("1.5e-3", 0.45), ("5e-3", 0.10))),  # low edge
+        *(_result(f"pissa@{r}", seed, p) for r, p in (("5e-4", 0.30), ("1.5e-3", 0.40), ("5e-3", 0.41))),  # high
+        *(_result(f"full@{r}", seed, p) for r, p in (("5e-5", 0.50), ("1.5e-4", 0.50), ("5e-4", 0.20))),  # tie: low
+        _result("rlpo@5e-5", 0, 0.99),  # another seed: no part of the choice
+    ]
+    assert extension_rates(results) == {"rlpo": "1.5e-4", "pissa": "1.5e-2", "full": "1.5e-5"}
+    # once the lower rate ran and is worse, RLPO's best is interior
+    results.append(_result("rlpo@1.5e-4", seed, 0.48))
+    assert "rlpo" not in extension_rates(results)
+    # the ladder's end is an error, not a silent choice
+    results += [_result("pissa@1.5e-2", seed, 0.42)]
+    with pytest.raises(ValueError, match="pissa's best rate 1.5e-2 is the end of its ladder"):
+        extension_rates(results)
+    with pytest.raises(ValueError, match="ran one rate only"):
+        extension_rates([_result("milora@5e-4", seed, 0.4)])
+    with pytest.raises(ValueError, match="not on its ladder"):
+        extension_rates([_result("milora@5e-4", seed, 0.4), _result("milora@2e-3", seed, 0.5)])
+
+
+def test_sweep_setting_measures_the_validation_problems(tmp_path, capsys):
+    """A sweep run is measured on the validation problems, never the test problems, and its record says which rows;
+    ``--arms extend`` adds the next rate past an edge and fails before the grid has run."""
+    from trl_rlvr_ext.data import load_named_dataset
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.lora_init_study import SWEEP_SEED, extend_arms
+
+    out = tmp_path / "sweep"
+    with pytest.raises(ValueError, match="run the grid first"):
+        extend_arms(out, "number_sorting")
+    argv = ["study", "lora_init", "--quick", "--tasks", "number_sorting", "--setting", "sweep"]
+    argv += ["--seeds", str(SWEEP_SEED), "--arms", "base,rlpo@5e-4,rlpo@1.5e-3", "--out_dir", str(out)]
+    assert main(argv) == 0
+    base = json.loads((out / "number_sorting" / "base" / f"seed{SWEEP_SEED}" / "result.json").read_text())
+    # quick sizes: 3 test problems, so the validation problems are held-out rows 3-5
+    assert base["evaluated_on"] == {"name": "validation", "split": "test", "rows": [3, 6], "problems": 3}
+    assert base["setting"] == "sweep" and "--setting sweep" in base["rerun_command"]
+    task = get_study("lora_init").tasks["number_sorting"]
+    held_out = load_named_dataset(task.dataset)["test"]
+    assert len(base["num_correct"]) == 3
+    trained = json.loads((out / "number_sorting" / "rlpo@5e-4" / f"seed{SWEEP_SEED}" / "result.json").read_text())
+    assert trained["evaluated_on"]["rows"] == [3, 6]
+    # the run's inputs: the evaluated problems and the probes are held-out rows 3-5, none of the test rows 0-2
+    from trl_rlvr_ext.studies.runner import QUICK, load_run_inputs
+
+    inputs = load_run_inputs(task, QUICK, quick=True, evaluate_on="validation")
+    assert inputs.test["prompt"] == held_out["prompt"][3:6]
+    assert [row["prompt"] for row in inputs.probe_rows] == held_out["prompt"][3:6]
+    assert load_run_inputs(task, QUICK, quick=True).test["prompt"] == held_out["prompt"][:3]
+    expected = extend_arms(out, "number_sorting")
+    assert expected[0] == "base" and len(expected) == 2 and expected[1].startswith("rlpo@")

@@ -74,6 +74,7 @@ from .runner import (
     finished_result,
     load_run_inputs,
     log_column,
+    validation_split,
 )
 from .verdicts import Claim
 
@@ -393,49 +394,6 @@ SETTINGS = {
         quick_validation_problems=3,
     ),
 }
-
-
-def _prompt_key(prompt) -> str:
-    return json.dumps(prompt, sort_keys=True)  # a conversational prompt (a list of messages) compares as its JSON
-
-
-def validation_split(splits, sizes: StudySizes, num_problems: int, data_prompts: int) -> tuple[list[dict], dict]:
-    """The validation problems: held-out rows ``[start, start + num_problems)``, ``start`` the number of held-out rows
-    the run tests on (``max(eval_problems, probe_problems)``). Returns ``(rows, description)``.
-
-    Why the held-out split's tail and not train rows past the preference data's: the base model was warm-started on
-    every train row (``trl_rlvr_ext.studies.gym_bases``: 1000 steps x 64 rows drawn from the 2000, ~32 epochs), so it
-    has seen the train rows' answers: on number_sorting its greedy accuracy is 0.75 on train rows 1000-1099 against
-    0.55 on the test problems and 0.50 on held-out rows 100-199. Validation on memorised rows would not track the test
-    problems. The held-out tail has never been trained on and is drawn like the test problems.
-
-    Fails, naming the fix, when the held-out split is too short, or when a validation prompt is also a test problem,
-    a preference-data prompt (the first ``data_prompts`` train rows) or any other train prompt.
-    """
-    held_out, train = splits["test"], splits["train"]
-    start = max(sizes.eval_problems, sizes.probe_problems)
-    stop = start + num_problems
-    if stop > held_out.num_rows:
-        raise ValueError(
-            f"{num_problems} validation problems after the {start} test problems need {stop} held-out rows; the split "
-            f"has {held_out.num_rows}. Lower eval_problems / probe_problems, or raise the dataset's test_size."
-        )
-    rows = [held_out[i] for i in range(start, stop)]
-    validation = {_prompt_key(row["prompt"]) for row in rows}
-    train_prompts = [_prompt_key(prompt) for prompt in train["prompt"]]
-    others = {
-        f"test problems (held-out rows 0-{start - 1})": {_prompt_key(held_out[i]["prompt"]) for i in range(start)},
-        f"preference-data prompts (train rows 0-{data_prompts - 1})": set(train_prompts[:data_prompts]),
-        "other train prompts (the base's warm start)": set(train_prompts[data_prompts:]),
-    }
-    for name, prompts in others.items():
-        if shared := validation & prompts:
-            raise ValueError(
-                f"{len(shared)} validation prompt(s) are also {name}, e.g. {min(shared)[:80]}: the validation "
-                "problems must be unseen. Use a dataset whose held-out split excludes train questions (reasoning_gym: "
-                "dedup=exact)."
-            )
-    return rows, {"split": "test", "rows": [start, stop], "problems": num_problems}
 
 
 def state_fingerprint(state: dict) -> str:

@@ -119,11 +119,17 @@ class Setting:
     description: str
     sizes: dict = dataclasses.field(default_factory=dict)
     config: dict = dataclasses.field(default_factory=dict)
+    # "validation": every run's final Pass@k (and its probes) is measured on the validation problems
+    # (`validation_split`) instead of the test problems, for a setting whose runs make a choice (e.g. a learning rate)
+    # that the test problems must not see. The record says which problems it measured (``evaluated_on``).
+    evaluate_on: str = "test"
 
     def __post_init__(self):
         unknown = sorted(set(self.sizes) - {f.name for f in dataclasses.fields(StudySizes)})
         if unknown:
             raise ValueError(f"Setting sizes {unknown} are not StudySizes fields.")
+        if self.evaluate_on not in ("test", "validation"):
+            raise ValueError(f'evaluate_on={self.evaluate_on!r}: choose "test" or "validation".')
 
 
 @dataclasses.dataclass
@@ -281,19 +287,74 @@ class RunInputs(NamedTuple):
     base_path: str
 
 
-def load_run_inputs(task: StudyTask, sizes: StudySizes, quick: bool) -> RunInputs:
+def load_run_inputs(task: StudyTask, sizes: StudySizes, quick: bool, evaluate_on: str = "test") -> RunInputs:
+    """The run's inputs. With ``evaluate_on="validation"`` (`Setting.evaluate_on`) ``test`` and ``probe_rows`` are
+    the validation problems (`validation_split`, ``eval_problems`` of them), so that nothing the run measures is a
+    test problem."""
+    from datasets import Dataset
+
     from ..data import load_named_dataset
     from ..rewards import get_reward_func
 
     splits = load_named_dataset(task.dataset)
     held_out = splits["test"]
+    if evaluate_on == "validation":
+        rows, _ = validation_split(splits, sizes, sizes.eval_problems)
+        test, probe_rows = Dataset.from_list(rows), rows[: sizes.probe_problems]
+    else:
+        test = held_out.select(range(min(sizes.eval_problems, held_out.num_rows)))
+        probe_rows = [held_out[i] for i in range(min(sizes.probe_problems, held_out.num_rows))]
     return RunInputs(
         splits=splits,
-        test=held_out.select(range(min(sizes.eval_problems, held_out.num_rows))),
-        probe_rows=[held_out[i] for i in range(min(sizes.probe_problems, held_out.num_rows))],
+        test=test,
+        probe_rows=probe_rows,
         reward=get_reward_func(task.reward),
         base_path=task.base_model(quick),
     )
+
+
+def _prompt_key(prompt) -> str:
+    return json.dumps(prompt, sort_keys=True)  # a conversational prompt (a list of messages) compares as its JSON
+
+
+def validation_split(splits, sizes: StudySizes, num_problems: int, data_prompts: int = 0) -> tuple[list[dict], dict]:
+    """The validation problems: held-out rows ``[start, start + num_problems)``, ``start`` the number of held-out rows
+    the test problems and probes take (``max(eval_problems, probe_problems)``). Returns ``(rows, description)``.
+
+    Why the held-out split's tail and not train rows: the studies' bases are warm-started on every train row
+    (``trl_rlvr_ext.studies.gym_bases``: 1000 steps x 64 rows drawn from the 2000, ~32 epochs), so they have seen the
+    train rows' answers: on number_sorting the base's greedy accuracy is 0.75 on train rows 1000-1099 against 0.55 on
+    the test problems and 0.50 on held-out rows 100-199. Validation on memorised rows would not track the test
+    problems. The held-out tail has never been trained on and is drawn like the test problems.
+
+    Fails, naming the fix, when the held-out split is too short, or when a validation prompt is also a test problem,
+    one of the first ``data_prompts`` train rows (a study's preference data; 0: none) or any other train prompt.
+    """
+    held_out, train = splits["test"], splits["train"]
+    start = max(sizes.eval_problems, sizes.probe_problems)
+    stop = start + num_problems
+    if stop > held_out.num_rows:
+        raise ValueError(
+            f"{num_problems} validation problems after the {start} test problems need {stop} held-out rows; the split "
+            f"has {held_out.num_rows}. Lower eval_problems / probe_problems, or raise the dataset's test_size."
+        )
+    rows = [held_out[i] for i in range(start, stop)]
+    validation = {_prompt_key(row["prompt"]) for row in rows}
+    train_prompts = [_prompt_key(prompt) for prompt in train["prompt"]]
+    others = {
+        f"test problems (held-out rows 0-{start - 1})": {_prompt_key(held_out[i]["prompt"]) for i in range(start)}
+    }
+    if data_prompts:
+        others[f"preference-data prompts (train rows 0-{data_prompts - 1})"] = set(train_prompts[:data_prompts])
+    others["other train prompts (the base's warm start)"] = set(train_prompts[data_prompts:])
+    for name, prompts in others.items():
+        if shared := validation & prompts:
+            raise ValueError(
+                f"{len(shared)} validation prompt(s) are also {name}, e.g. {min(shared)[:80]}: the validation "
+                "problems must be unseen. Use a dataset whose held-out split excludes train questions (reasoning_gym: "
+                "dedup=exact)."
+            )
+    return rows, {"split": "test", "rows": [start, stop], "problems": num_problems}
 
 
 def _grpo_config(run_dir: Path, task: StudyTask, arm: Arm, sizes: StudySizes, seed: int):
@@ -334,7 +395,8 @@ def run_one(
     run_dir = out_dir / task.name / arm.name / f"seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    splits, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick)
+    evaluate_on = study.get_setting(setting).evaluate_on if setting is not None else "test"
+    splits, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick, evaluate_on)
     model, tokenizer, boundary, log_history, config = base_path, None, [], [], None
     train_seconds = 0.0
     parameters, lora_init, budget = None, None, None
@@ -388,6 +450,8 @@ def run_one(
         "lora_init": lora_init,
         **({"budget": budget} if budget is not None else {}),
     }
+    if evaluate_on == "validation":  # the record's pass@k is not on the test problems: it says so
+        extra["evaluated_on"] = {"name": "validation", **validation_split(splits, sizes, sizes.eval_problems)[1]}
     result = evaluate_and_record(
         study,
         task,
