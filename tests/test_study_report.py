@@ -242,3 +242,29 @@ def test_stability_applies_the_margin_to_every_seed_of_every_rate():
     table = stability_block(page, setting, "number_sorting", records)["stability"]
     assert "| lora@5e-4 | 0,1 | 0.450 / 0.300 | +0.100 | **no** |" in table  # one seed past the margin fails it
     assert "| rlmo@5e-4 | 0 | 0.360 | +0.040 | yes |" in table and "Base pass@1: 0.400" in table
+
+
+def test_an_untrained_record_belongs_only_where_it_measured_the_trained_runs_problems(tmp_path):
+    """A validation sweep's base (held-out rows 100-199) is not a row of the test problems' table, and the test
+    problems' base and trivial policies are not rows of a validation sweep's table."""
+    from trl_rlvr_ext.studies.report import evaluation_rows
+
+    study = get_study("self")
+    setting = PAGES["self"].settings[0]
+    sizes = setting.match
+    validation = {"evaluated_on": {"name": "validation", "split": "test", "rows": [50, 100], "problems": 50}}
+    records = [_record("base", 0, [8] * 50, num_samples=256, sizes=sizes)]
+    records += [_record("base", 1, [0] * 50, num_samples=256, sizes=sizes, **validation)]
+    records += [_record("grpo", 0, [8] * 50, num_samples=256, sizes=sizes)]
+    _write(tmp_path, setting.records[0], records)
+    _write(tmp_path, TRIVIAL_RECORDS, [_record("trivial_shuffle", 0, [1] * 50, num_samples=256)])
+    assert evaluation_rows(records[0]) == (0, 50) and evaluation_rows(records[1]) == (50, 100)
+    kept = setting_records(study, setting, tmp_path)
+    assert sorted((r["arm"], r["seed"]) for r in kept) == [("base", 0), ("grpo", 0), ("trivial_shuffle", 0)]
+
+    # a setting whose trained runs measured the validation rows keeps only the base that measured them too
+    for r in records[2:]:
+        r.update(validation)
+    _write(tmp_path, setting.records[0], records)
+    kept = setting_records(study, setting, tmp_path)
+    assert sorted((r["arm"], r["seed"]) for r in kept) == [("base", 1), ("grpo", 0)]

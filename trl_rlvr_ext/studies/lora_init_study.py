@@ -87,6 +87,7 @@ CLAIMS = [
             paper_effect=effect,
             reason=f"the paper's +{100 * effect:.1f} average accuracy of {name} over LoRA",
             part_of="1. RLPO / RLMO beat default LoRA (+2.6 / +1.4)",
+            settings=("main",),
             exploratory=_SELECTED,
         )
         for name, arm, effect in (("RLPO", "rlpo@5e-4", 0.026), ("RLMO", "rlmo@1.5e-3", 0.014))
@@ -101,6 +102,7 @@ CLAIMS = [
             smallest_effect=0.02,
             reason="the paper gives no size; 2 pass@1 points is the smallest drop taken to matter",
             part_of="2. PiSSA / MiLoRA end below LoRA",
+            settings=("main",),
             exploratory=_SELECTED,
         )
         for name, arm in (("PiSSA", "pissa@5e-4"), ("MiLoRA", "milora@1.5e-3"))

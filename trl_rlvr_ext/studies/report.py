@@ -491,6 +491,13 @@ def _evaluates(record: dict, study_name: str) -> bool:
     return studies is None or study_name in studies
 
 
+def evaluation_rows(record: dict) -> tuple[int, int]:
+    """The held-out rows ``[start, stop)`` a record's Pass@k measured: ``evaluated_on`` where the run says (a
+    validation setting, `trl_rlvr_ext.studies.runner.Setting.evaluate_on`), else the first ``len(num_correct)``."""
+    rows = (record.get("evaluated_on") or {}).get("rows")
+    return tuple(rows) if rows else (0, len(record["num_correct"]))
+
+
 def setting_records(study, setting: PageSetting, root: Path) -> list[dict]:
     """The runs of one setting: trained runs whose sizes match, and one record per (task, arm, seed) of the untrained
     arms (the base; trivial policies from `TRIVIAL_RECORDS`, when it exists), for the tasks the setting trained on."""
@@ -498,10 +505,12 @@ def setting_records(study, setting: PageSetting, root: Path) -> list[dict]:
     trivial = root / TRIVIAL_RECORDS
     records += [r for r in load_records(trivial) if _evaluates(r, study.name)] if trivial.is_file() else []
     trained = [r for r in records if not _is_untrained(study, r["arm"]) and setting.matches(r)]
-    tasks = {r["task"] for r in trained}
+    # an untrained arm's record belongs only where it measured the trained runs' problems (a validation sweep's base
+    # is not the test problems' base, and the trivial policies were graded on the test problems)
+    measured = {(r["task"], evaluation_rows(r)) for r in trained}
     untrained: dict[tuple, dict] = {}
     for r in records:
-        if _is_untrained(study, r["arm"]) and r["task"] in tasks:
+        if _is_untrained(study, r["arm"]) and (r["task"], evaluation_rows(r)) in measured:
             key = (r["task"], r["arm"], r["seed"])
             matches = setting.matches(r)
             if key not in untrained or matches and not untrained[key][1]:
@@ -918,7 +927,8 @@ def splits_block(settings_records: dict[str, list[dict]]) -> str:
     datasets: dict[tuple[str, str, int], dict[str, list[dict]]] = {}
     for setting, records in settings_records.items():
         for r in records:
-            if str(r.get("dataset", "")).startswith("reasoning_gym:"):
+            # the test problems' composition; a validation setting's rows are the next ones of the same split
+            if str(r.get("dataset", "")).startswith("reasoning_gym:") and evaluation_rows(r)[0] == 0:
                 key = (r["task"], r["dataset"], len(r["num_correct"]))
                 datasets.setdefault(key, {}).setdefault(setting, []).append(r)
     if not datasets:
