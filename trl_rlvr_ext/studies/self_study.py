@@ -115,6 +115,22 @@ TOY_ADDED_COMMANDS = (
     "trl-rlvr-ext study self --tasks toy --arms grpo_same_budget --seeds 0,1,2 --max_steps 100 --out_dir <dir>",
 )
 
+# The reasoning-gym tasks' main setting (seeds 0-2 ran first) completed the same way: seeds 3 and 4 of every arm, and
+# the same-budget arm on seeds 0-4, declared here before these runs with the design unchanged (same arms, sizes,
+# claims); seeds 0-2's SELF runs are read from their records for grpo_same_budget's updates, as on the toy. They run
+# in this order as CPU time allows (chain_sum, the cheapest, first); the pages say which ran.
+GYM_ADDED_TASKS = ("chain_sum", "number_sorting", "mixture")
+GYM_ADDED_SEEDS = (3, 4)
+GYM_ADDED_COMMANDS = tuple(
+    command
+    for task in GYM_ADDED_TASKS
+    for command in (
+        f"trl-rlvr-ext study self --tasks {task} --arms " + ",".join(TOY9_ARMS) + " --seeds 3,4 --max_steps 100 "
+        "--out_dir <dir>",
+        f"trl-rlvr-ext study self --tasks {task} --arms grpo_same_budget --seeds 0,1,2 --max_steps 100 --out_dir <dir>",
+    )
+)
+
 # Warm-start steps of the reasoning-gym bases (see trl_rlvr_ext.studies.gym_bases; cached by their settings),
 # chosen for a wide spread of per-problem pass rates (measured: see describe_base). The mixture learns two skills
 # and needs more steps for the same spread.
