@@ -234,5 +234,8 @@ def test_sweep_setting_measures_the_validation_problems(tmp_path, capsys):
     assert inputs.test["prompt"] == held_out["prompt"][3:6]
     assert [row["prompt"] for row in inputs.probe_rows] == held_out["prompt"][3:6]
     assert load_run_inputs(task, QUICK, quick=True).test["prompt"] == held_out["prompt"][:3]
+    table = (out / "results.md").read_text()
+    assert f"### Learning-rate sweep (seed {SWEEP_SEED}, validation problems;" in table
+    assert "Grid extensions still to run (--arms extend): {'rlpo':" in table
     expected = extend_arms(out, "number_sorting")
     assert expected[0] == "base" and len(expected) == 2 and expected[1].startswith("rlpo@")

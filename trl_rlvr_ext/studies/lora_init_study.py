@@ -342,17 +342,20 @@ def _mean_sd(values: list[float | None], digits: int = 3) -> str:
 def rate_tables(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
     """Markdown: the whole sweep (seed 0, every run on disk) with the chosen rates, and the phase-2 command."""
     results = load_results(out_dir, task_name) or rows
-    seed0 = {r["arm"]: r for r in results if r["seed"] == 0}
-    chosen = choose_rates(results)
+    sweep = rows[0].get("setting") == "sweep"  # the validated design's sweep: its seed, its validation problems
+    seed = SWEEP_SEED if sweep else 0
+    seed0 = {r["arm"]: r for r in results if r["seed"] == seed}
+    chosen = choose_rates(results, seed)
+    where = f"seed {seed}, validation problems" if sweep else "seed 0"
     lines = [
         "",
-        "### Learning-rate sweep (seed 0; chosen rate = highest pass@1, a tie goes to the lower rate; **bold**)",
+        f"### Learning-rate sweep ({where}; chosen rate = highest pass@1, a tie goes to the lower rate; **bold**)",
         "",
         "| method | rate | pass@1 | max grad_norm | grad-norm spikes | final reward | reward change | collapsed | seeds run |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for method in METHODS:
-        for rate in rates_of(method):
+        for rate in ladder_of(method) if sweep else rates_of(method):
             name = arm_name(method, rate)
             if name not in seed0:
                 continue
@@ -371,7 +374,14 @@ def rate_tables(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
                 ",".join(map(str, seeds)),
             ]
             lines.append("| " + " | ".join(cells) + " |")
-    if chosen:
+    if chosen and sweep:
+        try:
+            pending = extension_rates(results)
+            status = f"Grid extensions still to run (--arms extend): {pending}." if pending else "No extension left."
+        except ValueError as error:  # the table is still written; the message says what the sweep lacks
+            status = f"The sweep cannot choose yet: {error}"
+        lines += ["", status]
+    elif chosen:
         arms = ",".join(["base", *(arm_name(m, rate) for m, rate in chosen.items())])
         # the same sizes as the sweep, so that seed 0 is reused and the seeds are comparable
         quick = rows[0]["quick"]
