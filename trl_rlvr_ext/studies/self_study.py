@@ -131,6 +131,13 @@ GYM_ADDED_COMMANDS = tuple(
     )
 )
 
+# countdown's base, evaluated as every task's base arm (no training), declared before its runs: the NSR study trains
+# on countdown and has no base arm of its own, and claim 0 (the trivial policy far below the base at large k) reads
+# it. Its SELF arms are not declared.
+COUNTDOWN_BASE_COMMAND = (
+    "trl-rlvr-ext study self --tasks countdown --arms base --seeds 0,1,2,3,4 --max_steps 100 --out_dir <dir>"
+)
+
 # Warm-start steps of the reasoning-gym bases (see trl_rlvr_ext.studies.gym_bases; cached by their settings),
 # chosen for a wide spread of per-problem pass rates (measured: see describe_base). The mixture learns two skills
 # and needs more steps for the same spread.
