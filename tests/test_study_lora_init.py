@@ -239,3 +239,18 @@ def test_sweep_setting_measures_the_validation_problems(tmp_path, capsys):
     assert "Grid extensions still to run (--arms extend): {'rlpo':" in table
     expected = extend_arms(out, "number_sorting")
     assert expected[0] == "base" and len(expected) == 2 and expected[1].startswith("rlpo@")
+
+
+def test_study_runs_train_in_trls_default_bf16_autocast(tmp_path):
+    """What the evidence pages say about precision: the studies' trainers keep TRL's default ``bf16=True`` (on CPU:
+    bf16 autocast around the forward, fp32 weights), for GRPO and DPO alike; the base arm is evaluated in fp32."""
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.is_dpo_study import _dpo_config
+    from trl_rlvr_ext.studies.runner import QUICK, _grpo_config
+
+    study = get_study("lora_init")
+    args, settings = _grpo_config(tmp_path, study.tasks["number_sorting"], study.arms["lora@5e-4"], QUICK, seed=0)
+    assert args.bf16 is True and "bf16" not in settings  # TRL's default, not a study setting
+    dpo = get_study("is_dpo")
+    args, settings = _dpo_config(tmp_path, dpo.arms["dpo_b0.01"], QUICK, seed=0)
+    assert args.bf16 is True and "bf16" not in settings
