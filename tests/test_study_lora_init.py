@@ -254,3 +254,28 @@ def test_study_runs_train_in_trls_default_bf16_autocast(tmp_path):
     dpo = get_study("is_dpo")
     args, settings = _dpo_config(tmp_path, dpo.arms["dpo_b0.01"], QUICK, seed=0)
     assert args.bf16 is True and "bf16" not in settings
+
+
+def test_validated_rates_are_the_sweeps_choice_on_validation_problems():
+    """The confirmation's rates are what `choose_rates` picks from the committed sweep records, after every grid
+    extension the sweep needed; every sweep record measured the validation problems (held-out rows 100-199) with the
+    unreported seed."""
+    from pathlib import Path
+
+    from trl_rlvr_ext.studies.lora_init_study import (
+        CONFIRM_ARMS,
+        METHODS,
+        SWEEP_SEED,
+        VALIDATED_RATES,
+        arm_name,
+        choose_rates,
+        extension_rates,
+    )
+    from trl_rlvr_ext.studies.report import load_records
+
+    records = load_records(Path(__file__).resolve().parents[1] / "docs/evidence/data/lora_init_sweep.jsonl")
+    assert {r["seed"] for r in records} == {SWEEP_SEED} and {r["setting"] for r in records} == {"sweep"}
+    assert all(r["evaluated_on"]["rows"] == [100, 200] for r in records)
+    assert choose_rates(records, SWEEP_SEED) == VALIDATED_RATES and list(VALIDATED_RATES) == list(METHODS)
+    assert extension_rates(records) == {}  # no method's best sits at an edge of what it ran
+    assert CONFIRM_ARMS == ("base", *(arm_name(m, r) for m, r in VALIDATED_RATES.items()))

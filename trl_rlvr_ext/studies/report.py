@@ -404,7 +404,16 @@ PAGES = {
     "lora_init": Page(
         "lora_init",
         "docs/evidence/lora_init.md",
-        (PageSetting("main", "60 steps, each method's rate sweep", ("docs/evidence/data/lora_init.jsonl",)),),
+        (
+            PageSetting("main", "60 steps, each method's rate sweep", ("docs/evidence/data/lora_init.jsonl",)),
+            # the validated design (lora_init_study: SETTINGS, declared before its runs): the sweep's records are on
+            # the validation problems and only choose the rates
+            PageSetting(
+                "sweep",
+                "the validated design's sweep: seed 100 (never reported), validation problems (held-out rows 100-199)",
+                ("docs/evidence/data/lora_init_sweep.jsonl",),
+            ),
+        ),
         "RLPO / RLMO",
         columns=(Column("final / first reward (collapse below 0.5)", _reward_ratio(_lora_final_reward), 3),),
         extra_blocks=stability_block,
