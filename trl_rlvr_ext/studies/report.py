@@ -413,6 +413,11 @@ PAGES = {
                 "the validated design's sweep: seed 100 (never reported), validation problems (held-out rows 100-199)",
                 ("docs/evidence/data/lora_init_sweep.jsonl",),
             ),
+            PageSetting(
+                "confirm",
+                "the validated design's confirmation: each method at its rate chosen on the sweep, seeds 10-14",
+                ("docs/evidence/data/lora_init_confirm.jsonl",),
+            ),
         ),
         "RLPO / RLMO",
         columns=(Column("final / first reward (collapse below 0.5)", _reward_ratio(_lora_final_reward), 3),),
