@@ -268,3 +268,19 @@ def test_an_untrained_record_belongs_only_where_it_measured_the_trained_runs_pro
     _write(tmp_path, setting.records[0], records)
     kept = setting_records(study, setting, tmp_path)
     assert sorted((r["arm"], r["seed"]) for r in kept) == [("base", 1), ("grpo", 0)]
+
+
+def test_a_task_that_ran_only_its_base_is_shown_with_its_trivial_policies(tmp_path):
+    """A base evaluated for another study's task (no trained arm in the setting) is a row where its sizes are the
+    setting's, with the trivial policies graded on the same problems; a base of other sizes is not."""
+    study = get_study("self")
+    setting = PAGES["self"].settings[0]
+    records = [_record("base", 0, [8] * 50, task="countdown", num_samples=256, sizes=setting.match)]
+    records += [_record("base", 0, [8] * 50, task="chain_sum", num_samples=256, sizes={"max_steps": 7})]
+    _write(tmp_path, setting.records[0], records)
+    _write(tmp_path, TRIVIAL_RECORDS, [_record("trivial_random_expression", 0, [1] * 50, task="countdown")])
+    kept = setting_records(study, setting, tmp_path)
+    assert sorted((r["task"], r["arm"]) for r in kept) == [
+        ("countdown", "base"),
+        ("countdown", "trivial_random_expression"),
+    ]

@@ -176,6 +176,8 @@ def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[
         seeds = ",".join(str(s) for s in solved)
         lost_text, gained_text = (" / ".join(map(str, counts)) for counts in (lost, gained))
         lines.append(f"| {arm} | {seeds} | {lost_text} | {gained_text} | {_signed(j.effect)} {_interval(j)} |")
+    if len(lines) == 2:  # no trained arm with two seeds against the base (a task that ran only its base)
+        return {"boundary": "No trained arm with at least two seeds paired with the base's: nothing to compare here."}
     lines += [
         "",
         (
@@ -521,7 +523,19 @@ def setting_records(study, setting: PageSetting, root: Path) -> list[dict]:
     trained = [r for r in records if not _is_untrained(study, r["arm"]) and setting.matches(r)]
     # an untrained arm's record belongs only where it measured the trained runs' problems (a validation sweep's base
     # is not the test problems' base, and the trivial policies were graded on the test problems)
-    measured = {(r["task"], evaluation_rows(r)) for r in trained}
+    # a task whose setting ran only an untrained arm (a base evaluated for another study's task) is shown too, where
+    # that arm's sizes are the setting's
+    trained_tasks = {r["task"] for r in trained}
+    anchors = trained + [
+        r
+        for r in records
+        if r["task"] not in trained_tasks
+        and _is_untrained(study, r["arm"])
+        and not r["arm"].startswith(TRIVIAL_PREFIX)
+        and r.get("sizes")
+        and setting.matches(r)
+    ]
+    measured = {(r["task"], evaluation_rows(r)) for r in anchors}
     untrained: dict[tuple, dict] = {}
     for r in records:
         if _is_untrained(study, r["arm"]) and (r["task"], evaluation_rows(r)) in measured:
