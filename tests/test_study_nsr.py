@@ -37,6 +37,15 @@ def test_clipped_and_rescued_shares_by_hand():
     assert clipped_share(hard) == pytest.approx(0.02)
     assert clipped_share(_log(cispo_clip_ratio=[0.1, 0.3])) == pytest.approx(0.2)
     assert clipped_share(_log(entropy=[1.0])) is None  # sapo: no hard clip logged
+    # ACPO: its own bounds' shares (low + high per step), not TRL's region_mean against the fixed epsilon
+    acpo = _log(
+        **{
+            "clip_ratio/region_mean": [0.05, 0.05],
+            "adaptive_clip/clip_ratio_low": [0.001, 0.003],
+            "adaptive_clip/clip_ratio_high": [0.0, 0.002],
+        }
+    )
+    assert clipped_share(acpo) == pytest.approx((0.001 + 0.0 + 0.003 + 0.002) / 2)
     nsr = _log(**{"clip_recovery/low_frac": [0.01, 0.03], "clip_recovery/high_frac": [0.0, 0.02]})
     assert rescued_share(nsr) == pytest.approx((0.01 + 0.0 + 0.03 + 0.02) / 2)
     assert rescued_share(hard) is None

@@ -193,8 +193,13 @@ def collapsed(result: dict) -> float | None:
 
 
 def clipped_share(result: dict) -> float | None:
-    """Mean share of completion tokens the clip cut off: TRL's ``clip_ratio/region_mean`` (hard-clip losses) or, for
-    CISPO, its ``cispo_clip_ratio`` (IS weight capped at ε_max). ``None`` for SAPO, which has no hard clip."""
+    """Mean share of completion tokens the clip cut off, under the bounds the run trained with: for ACPO arms the sum
+    of ``adaptive_clip/clip_ratio_low`` and ``_high`` (its per-token bounds; TRL's ``clip_ratio/*`` keep measuring
+    against the fixed ε there), for the other hard-clip losses TRL's ``clip_ratio/region_mean``, and for CISPO its
+    ``cispo_clip_ratio`` (IS weight capped at ε_max). ``None`` for SAPO, which has no hard clip."""
+    low, high = _finite(result, "adaptive_clip/clip_ratio_low"), _finite(result, "adaptive_clip/clip_ratio_high")
+    if low and len(low) == len(high):
+        return sum(a + b for a, b in zip(low, high)) / len(low)
     for key in ("clip_ratio/region_mean", "cispo_clip_ratio"):
         values = _finite(result, key)
         if values:
