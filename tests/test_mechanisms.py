@@ -165,9 +165,15 @@ def test_units_from_records_pair_seeds_and_settings():
         _record("self", 0, [1] * 10),  # no probe
         _record("self", 1, [1] * 10),
         _record("self", 5, [1] * 10),  # no base of seed 5: left out
+        # the same evaluations as grpo on every seed (the same model, e.g. a same-budget arm that stopped where grpo
+        # did): not a unit of its own; one seed differing makes it one
+        _record("grpo_same_budget", 0, [5] * 10),
+        _record("grpo_same_budget", 1, [0] + [10] * 9),
+        _record("short", 0, [5] * 10),
+        _record("short", 1, [0] * 10),
     ]
     units = {(u["setting"], u["arm"]): u for u in units_from_records(records, SETTINGS)}
-    assert sorted(units) == [("main", "grpo"), ("main", "self")]
+    assert sorted(units) == [("main", "grpo"), ("main", "self"), ("main", "short")]
     grpo = units["main", "grpo"]
     assert grpo["seeds"] == [0, 1] and grpo["interference_frac"] == pytest.approx(0.2)
     # pass@10: seed 0 base 0.9 (problem 0 never solved), arm 1.0; seed 1 base 0.5, arm 0.9 -> mean (0.1 + 0.4) / 2

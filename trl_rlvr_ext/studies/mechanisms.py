@@ -112,7 +112,9 @@ def units_from_records(records: list[dict], settings: list[tuple[str, dict]], nu
     the mean per-group deltas and the ``shrink`` (mean of arm pass@n − same-seed base pass@n). ``settings``: (name,
     match) pairs, a trained record in the setting whose ``match`` items all equal its ``sizes``'. Base records belong
     to every setting of their task (an untrained model has no training sizes). Only arms with >= 2 seeds that have
-    the same-seed base make a unit."""
+    the same-seed base make a unit. An arm whose every seed's evaluation (``num_correct``) equals an earlier arm's of
+    the same task and setting trained the same model (``grpo_same_budget`` where SELF skipped no step is GRPO itself)
+    and is not a unit of its own: a repeated point would count one model twice in the correlation."""
     units = []
     for task in dict.fromkeys(r["task"] for r in records):
         bases = [r for r in records if r["task"] == task and r["arm"] == "base"]
@@ -123,10 +125,15 @@ def units_from_records(records: list[dict], settings: list[tuple[str, dict]], nu
                 same = r["task"] == task and r["arm"] != "base" and r["seed"] in base
                 if same and all(r["sizes"].get(k) == v for k, v in match.items()):
                     runs.setdefault(r["arm"], {}).setdefault(r["seed"], r)  # a run recorded twice counts once
+            evaluations = []
             for arm, by_seed in runs.items():
                 if len(by_seed) < 2:
                     continue
                 seeds = sorted(by_seed)
+                evaluation = [(s, by_seed[s]["num_correct"]) for s in seeds]
+                if evaluation in evaluations:
+                    continue
+                evaluations.append(evaluation)
                 per_seed = [quintile_deltas(by_seed[s], bases, num_groups) for s in seeds]
                 units.append(
                     {
