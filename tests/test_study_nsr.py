@@ -49,6 +49,9 @@ def test_clipped_and_rescued_shares_by_hand():
     nsr = _log(**{"clip_recovery/low_frac": [0.01, 0.03], "clip_recovery/high_frac": [0.0, 0.02]})
     assert rescued_share(nsr) == pytest.approx((0.01 + 0.0 + 0.03 + 0.02) / 2)
     assert rescued_share(hard) is None
+    # one side logged at fewer steps than the other: a malformed record, refused rather than read
+    with pytest.raises(ValueError, match="different steps"):
+        rescued_share(_log(**{"clip_recovery/low_frac": [0.01, 0.03], "clip_recovery/high_frac": [0.0, None]}))
 
 
 def test_signal_clipped_share_by_hand():

@@ -181,6 +181,21 @@ def _finite(result: dict, key: str) -> list[float]:
     return [v for _, v in train_log_series(result, key) if v is not None and not math.isnan(v)]
 
 
+def _two_sided_share(result: dict, low_key: str, high_key: str) -> float | None:
+    """Mean over logged steps of the low side's share plus the high side's (``None`` where neither is logged). The
+    trainer logs both sides at the same steps; a record where they differ is malformed, and is refused, not read."""
+    low, high = _finite(result, low_key), _finite(result, high_key)
+    if not low and not high:
+        return None
+    if len(low) != len(high):
+        raise ValueError(
+            f"The record ({result.get('task')}, {result.get('arm')}, seed {result.get('seed')}) logs {low_key} and "
+            f"{high_key} at different steps ({len(low)} vs {len(high)} values); re-export it from its run's "
+            "result.json."
+        )
+    return sum(a + b for a, b in zip(low, high)) / len(low)
+
+
 def collapsed(result: dict) -> float | None:
     """1.0 if the run collapsed (see ``COLLAPSE_*``: last reward < half the first, or last entropy < 0.01), else 0.0;
     ``None`` without a training log (the mean over seeds is then the share of seeds that collapsed)."""
@@ -197,9 +212,9 @@ def clipped_share(result: dict) -> float | None:
     of ``adaptive_clip/clip_ratio_low`` and ``_high`` (its per-token bounds; TRL's ``clip_ratio/*`` keep measuring
     against the fixed ε there), for the other hard-clip losses TRL's ``clip_ratio/region_mean``, and for CISPO its
     ``cispo_clip_ratio`` (IS weight capped at ε_max). ``None`` for SAPO, which has no hard clip."""
-    low, high = _finite(result, "adaptive_clip/clip_ratio_low"), _finite(result, "adaptive_clip/clip_ratio_high")
-    if low and len(low) == len(high):
-        return sum(a + b for a, b in zip(low, high)) / len(low)
+    acpo = _two_sided_share(result, "adaptive_clip/clip_ratio_low", "adaptive_clip/clip_ratio_high")
+    if acpo is not None:
+        return acpo
     for key in ("clip_ratio/region_mean", "cispo_clip_ratio"):
         values = _finite(result, key)
         if values:
@@ -225,10 +240,7 @@ def signal_clipped_share(result: dict) -> float | None:
 
 def rescued_share(result: dict) -> float | None:
     """Mean share of completion tokens clip recovery rescued (``clip_recovery/low_frac`` + ``high_frac``)."""
-    low, high = _finite(result, "clip_recovery/low_frac"), _finite(result, "clip_recovery/high_frac")
-    if not low or len(low) != len(high):
-        return None
-    return sum(a + b for a, b in zip(low, high)) / len(low)
+    return _two_sided_share(result, "clip_recovery/low_frac", "clip_recovery/high_frac")
 
 
 # Sizes: a generation batch of 32 prompts x 8 completions is cut into 8 optimizer steps of 32 completions and replayed
