@@ -195,3 +195,63 @@ def test_quick_nsr_study_on_countdown(tmp_path):
     assert result["dataset"] == gym_bases.PRESETS["countdown"] and result["task"] == "countdown"
     assert result["grpo_config"]["max_completion_length"] == 30
     assert any("clip_ratio/region_mean" in entry for entry in result["train_log"])
+
+
+COMPACT = (
+    "reasoning_gym:countdown?min_numbers=3&max_numbers=3&min_value=1&max_value=9&min_target=1&max_target=30"
+    "&size=40&test_size=10&compact=true&dedup=near"
+)
+
+
+def test_compact_prompt_is_the_problem_data_of_the_same_entries():
+    from trl_rlvr_ext.data import load_named_dataset
+
+    compact = load_named_dataset(COMPACT)
+    templated = load_named_dataset(COMPACT.replace("compact=true", "strip_template=true"))
+    for split in ("train", "test"):
+        # the same problems, the verifier's entries untouched: only the prompt changes
+        assert compact[split]["entry"] == templated[split]["entry"]
+        assert compact[split]["answer"] == templated[split]["answer"]
+    row = compact["train"][0]
+    metadata = json.loads(row["entry"])["metadata"]
+    a, b, c = metadata["numbers"]
+    assert row["prompt"] == f"{metadata['target']} from {a}, {b}, {c}"
+    # the hand-written case
+    from trl_rlvr_ext.tasks.countdown import compact_question
+
+    assert compact_question({"metadata": {"numbers": [6, 4, 8], "target": 8}}) == "8 from 6, 4, 8"
+    # every held-out prompt is new, as a problem and so as a prompt
+    assert not set(compact["test"]["prompt"]) & set(compact["train"]["prompt"])
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (COMPACT.replace("&dedup=near", ""), "needs dedup=near"),
+        (COMPACT + "&strip_template=true", "Drop strip_template"),
+        ("reasoning_gym:chain_sum?compact=true&dedup=near", "have no compact renderer"),
+        (COMPACT.replace("compact=true", "compact=yes"), "use true or false"),
+    ],
+)
+def test_compact_refuses_what_it_cannot_do(name, message):
+    from trl_rlvr_ext.tasks.reasoning_gym import parse_name
+
+    with pytest.raises((ValueError, TypeError), match=message):
+        parse_name(name)
+
+
+def test_compact_design_is_countdowns_with_the_prompt_and_steps_changed():
+    from trl_rlvr_ext.studies import nsr_study, self_study
+
+    assert gym_bases.PRESETS["countdown_compact"] == gym_bases.PRESETS["countdown"].replace(
+        "strip_template=true", "compact=true"
+    )
+    assert nsr_study.COMPACT_COMMANDS == tuple(
+        c.replace("--tasks countdown ", "--tasks countdown_compact ") for c in nsr_study.COUNTDOWN_COMMANDS
+    )
+    assert self_study.COMPACT_BASE_COMMAND == self_study.COUNTDOWN_BASE_COMMAND.replace(
+        "--tasks countdown ", "--tasks countdown_compact "
+    )
+    assert self_study.GYM_BASE_DEMONSTRATIONS["countdown_compact"] == "varied"
+    assert (self_study.GYM_BASE_STEPS["countdown"], self_study.GYM_BASE_STEPS["countdown_compact"]) == (1000, 3000)
+    assert nsr_study.EXTENSION_RUNS["countdown_compact"] == nsr_study.EXTENSION_RUNS["countdown"]

@@ -94,7 +94,7 @@ def test_study_sizes_reuse_rollouts():
     # the self study's tasks (and so its cached bases), the toy included (the one task where >= 5 % is clipped when
     # this was written) and countdown (many solutions per problem, built for a second)
     self_tasks = get_study("self").tasks
-    assert list(study.tasks) == ["chain_sum", "number_sorting", "toy", "countdown"]
+    assert list(study.tasks) == ["chain_sum", "number_sorting", "toy", "countdown", "countdown_compact"]
     for name, task in study.tasks.items():
         twin = self_tasks[name]
         assert (task.dataset, task.reward, task.max_completion_length) == (

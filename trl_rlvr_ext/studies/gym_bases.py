@@ -56,6 +56,14 @@ PRESETS = {
         "reasoning_gym:countdown?min_numbers=3&max_numbers=3&min_value=1&max_value=9&min_target=1&max_target=30"
         "&size=2000&test_size=300&strip_template=true&dedup=near"
     ),
+    # countdown's problems (the same train and held-out entries) with the prompt cut to the problem's data,
+    # "8 from 6, 4, 8" (compact=true). The countdown base writes numbers that are not in the prompt (on train
+    # problems: "9 - 4 + 5" for 8 from 6, 4, 8): reasoning-gym's three templates put the numbers at varying places
+    # behind about 40 characters of instructions, which the tiny model has not learnt to read.
+    "countdown_compact": (
+        "reasoning_gym:countdown?min_numbers=3&max_numbers=3&min_value=1&max_value=9&min_target=1&max_target=30"
+        "&size=2000&test_size=300&compact=true&dedup=near"
+    ),
 }
 # How a warm start writes a problem's demonstration: "gold" the dataset's one answer string; "varied" a solution
 # drawn at random (uniformly among the distinct solutions) each time the problem is drawn, for tasks with many

@@ -138,17 +138,35 @@ COUNTDOWN_BASE_COMMAND = (
     "trl-rlvr-ext study self --tasks countdown --arms base --seeds 0,1,2,3,4 --max_steps 100 --out_dir <dir>"
 )
 
+# countdown_compact's base (countdown's problems, the prompt cut to "8 from 6, 4, 8": see gym_bases.PRESETS),
+# evaluated the same way, declared before its build and its runs: the second design of the task built for NSR's clip.
+# The first (`COUNTDOWN_BASE_COMMAND`) ended below a random expression on held-out problems; on its own train
+# problems its base wrote numbers absent from the prompt and solved 4.7 % of samples (32 samples on the first 100
+# train rows), so it is underfit, and the prompt is the first suspect. Only the prompt and the warm-start steps change
+# (`GYM_BASE_STEPS`); claim 0 and the NSR study's claims are judged on it as on every task.
+COMPACT_BASE_COMMAND = (
+    "trl-rlvr-ext study self --tasks countdown_compact --arms base --seeds 0,1,2,3,4 --max_steps 100 --out_dir <dir>"
+)
+
 # Warm-start steps of the reasoning-gym bases (see trl_rlvr_ext.studies.gym_bases; cached by their settings),
 # chosen for a wide spread of per-problem pass rates (measured: see describe_base). The mixture learns two skills
 # and needs more steps for the same spread.
-GYM_BASE_STEPS = {"chain_sum": 400, "number_sorting": 400, "chain_sum+number_sorting": 1000, "countdown": 1000}
+GYM_BASE_STEPS = {
+    "chain_sum": 400,
+    "number_sorting": 400,
+    "chain_sum+number_sorting": 1000,
+    "countdown": 1000,
+    "countdown_compact": 3000,
+}
 # Presets whose bases are warm-started on a random valid solution per draw (GymWarmStartSettings.demonstrations):
 # countdown has a median of 6 distinct solutions per problem, and a base shown one of them would be as
 # near-deterministic as the other bases. Its 1000 steps were chosen before any build, not measured: the default of
 # GymWarmStartSettings and the mixture's budget, since the task (search over expressions, a spread over several
 # answers) is harder than chain_sum's (400); 1000 x 64 draws show each of the 2000 train problems about 32 times,
 # each of its ~6 solutions about 5 times, few enough that the base still fails on some problems.
-GYM_BASE_DEMONSTRATIONS = {"countdown": "varied"}
+# countdown_compact's 3000 steps, fixed before its build: countdown's 1000 left the base underfit on its own train
+# problems (above), and a compact prompt makes a step about three times cheaper (0.29 s against 0.9 s here).
+GYM_BASE_DEMONSTRATIONS = {"countdown": "varied", "countdown_compact": "varied"}
 
 
 def _tiny(quick: bool) -> str:
@@ -222,6 +240,8 @@ def make_study() -> Study:
         # "4*(8 - 6)": reasoning-gym's generator never writes a bracketed right operand of -) + "</answer>" + EOS
         # = 29 tokens, 1 to spare
         "countdown": _gym_task("countdown", "countdown", 30),
+        # countdown's answers under a shorter prompt: the same bound
+        "countdown_compact": _gym_task("countdown_compact", "countdown_compact", 30),
         # "[" + 10 digits + "]" + EOS
         "toy9": StudyTask("toy9", TOY9, "toy_accuracy", _toy9_base, _toy_gold, 13),
     }

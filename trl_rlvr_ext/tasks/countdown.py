@@ -115,10 +115,19 @@ def random_expression(numbers, rng, operators=OPERATORS) -> str:
     return build(order)[0]
 
 
+def compact_question(entry: dict) -> str:
+    """The problem's data alone, ``"<target> from <n1>, <n2>, <n3>"`` (``"8 from 6, 4, 8"``), numbers in the order the
+    question lists them: the prompt of ``compact=true`` (`trl_rlvr_ext.tasks.reasoning_gym`). reasoning-gym writes the
+    same problem in one of several templates of about 80-95 characters, so the numbers sit at varying positions
+    behind a sentence of instructions; a tiny byte-level model must first learn to find them."""
+    metadata = entry["metadata"]
+    return f"{metadata['target']} from " + ", ".join(str(number) for number in metadata["numbers"])
+
+
 def entry_solutions(entry: dict) -> list[str]:
     """`countdown_solutions` of a reasoning-gym countdown entry (its ``metadata`` numbers and target)."""
     metadata = entry["metadata"]
     return countdown_solutions(metadata["numbers"], metadata["target"])
 
 
-__all__ = ["OPERATORS", "countdown_solutions", "entry_solutions", "random_expression"]
+__all__ = ["OPERATORS", "compact_question", "countdown_solutions", "entry_solutions", "random_expression"]

@@ -23,6 +23,12 @@ Options (everything after ``?``, ``&``-separated):
   arithmetic problem: "``), leaving the varying part (``"4 - 1 - 7 ="``). The constant part is the longest common
   prefix (and suffix) of the task's train questions, cut at whitespace; train and test are stripped identically.
   Meant for tiny models with a short context; the task itself is unchanged.
+- ``compact`` (default false): the prompt is the problem's data alone, written by the task's compact renderer
+  (`COMPACT_QUESTIONS`; countdown: ``"8 from 6, 4, 8"``), instead of reasoning-gym's question. For tasks whose
+  question comes in several templates (countdown has three), which ``strip_template`` cannot shorten. The verifier
+  and the ``entry`` column are unchanged: only the prompt is rewritten. Needs ``dedup=near`` (two questions that
+  differ only in their template become one prompt, and the near-duplicate key is what identifies the problem) and
+  excludes ``strip_template`` (nothing is left to strip).
 - any other ``key=value`` is a generator option of the task (a field of its reasoning-gym config, e.g. ``max_n`` of
   ``count_bits``). In a mixture, write ``<task>.<key>=value``; ``<task>.weight`` sets its sampling weight (default 1).
   Values parse as ``true``/``false``, integers, floats, or text; ``a,b,c`` is a tuple (``operators=+,-``).
@@ -52,13 +58,15 @@ import dataclasses
 import difflib
 import json
 
+from .countdown import compact_question
+
 
 PREFIX = "reasoning_gym:"
 INSTALL_HINT = 'pip install "reasoning-gym>=0.1.25" (from a clone of trl-rlvr-ext: pip install -e ".[gym]")'
 # Far beyond any train size: train items use RNG seeds [seed, seed + size), held-out items [seed + OFFSET, ...).
 TEST_SEED_OFFSET = 1_000_000_007
 # Options of the name that are ours, not the generator's.
-RESERVED_OPTIONS = ("size", "test_size", "seed", "format", "strip_template", "dedup", "stratify")
+RESERVED_OPTIONS = ("size", "test_size", "seed", "format", "strip_template", "compact", "dedup", "stratify")
 FORMATS = ("standard", "conversational")
 DEDUP_MODES = ("exact", "near")
 _DEFAULTS = {
@@ -67,6 +75,7 @@ _DEFAULTS = {
     "seed": 0,
     "format": "standard",
     "strip_template": False,
+    "compact": False,
     "dedup": "exact",
     "stratify": False,
 }
@@ -119,6 +128,7 @@ class ReasoningGymSpec:
     seed: int = 0
     format: str = "standard"
     strip_template: bool = False
+    compact: bool = False
     dedup: str = "exact"
     stratify: bool = False
 
@@ -210,12 +220,33 @@ def parse_name(name: str) -> ReasoningGymSpec:
         raise ValueError(f"size={settings['size']} is too large: keep it below {TEST_SEED_OFFSET}.")
     if settings["format"] not in FORMATS:
         raise ValueError(f"format={settings['format']!r} in {name!r}: use one of {list(FORMATS)}.")
-    for key in ("strip_template", "stratify"):
+    for key in ("strip_template", "compact", "stratify"):
         if not isinstance(settings[key], bool):
             raise TypeError(f"{key}={settings[key]!r} in {name!r}: use true or false.")
     if settings["dedup"] not in DEDUP_MODES:
         raise ValueError(f"dedup={settings['dedup']!r} in {name!r}: use one of {list(DEDUP_MODES)}.")
+    if settings["compact"]:
+        _check_compact(name, tasks, settings)
     return ReasoningGymSpec(tasks=tasks, options=options, weights=weights, **settings)
+
+
+def _check_compact(name: str, tasks: tuple[str, ...], settings: dict) -> None:
+    missing = [task for task in tasks if task not in COMPACT_QUESTIONS]
+    if missing:
+        raise ValueError(
+            f"compact=true in {name!r}: the tasks {missing} have no compact renderer (only {sorted(COMPACT_QUESTIONS)} "
+            "do). Drop compact, or use strip_template=true to shorten their questions."
+        )
+    if settings["strip_template"]:
+        raise ValueError(
+            f"compact=true and strip_template=true in {name!r}: compact replaces the question, so there is nothing "
+            "left to strip. Drop strip_template."
+        )
+    if settings["dedup"] != "near":
+        raise ValueError(
+            f"compact=true in {name!r} needs dedup=near: questions that differ only in their template become one "
+            "prompt, so exact de-duplication of the questions would let a train prompt into the held-out split."
+        )
 
 
 def _create(spec: ReasoningGymSpec, size: int, seed: int):
@@ -285,6 +316,8 @@ def _rows(entries: list[dict], spec: ReasoningGymSpec, affixes: dict) -> dict:
         question = entry["question"]
         if spec.strip_template:
             question = _strip(question, *affixes.get(task, ("", "")))
+        if spec.compact:
+            question = COMPACT_QUESTIONS[task](entry)
         columns["prompt"].append(_prompt(question, spec))
         columns["answer"].append(str(entry["answer"]))
         columns["task"].append(task)
@@ -316,6 +349,8 @@ def _countdown_key(entry: dict) -> tuple:
     return (tuple(sorted(entry["metadata"]["numbers"])), entry["metadata"]["target"])
 
 
+# task -> the prompt of compact=true: the problem's data without the question's template.
+COMPACT_QUESTIONS = {"countdown": compact_question}
 # task -> the identity of a problem up to reordering; the other tasks fall back to the normalised question.
 NEAR_DUPLICATE_KEYS = {"chain_sum": _chain_sum_key, "number_sorting": _number_sorting_key, "countdown": _countdown_key}
 
