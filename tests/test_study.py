@@ -12,7 +12,7 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     argv = ["study", "self", "--quick", "--tasks", "toy", "--seeds", "0,1", "--out_dir", str(out)]
     assert main(argv) == 0
     table = (out / "results.md").read_text()
-    for arm in ("base", "grpo", "self", "pass_rate", "grpo_same_budget"):
+    for arm in ("base", "grpo", "self", "pass_rate", "grpo_same_budget", "grpo_same_prompts"):
         assert f"| {arm} | 0,1 |" in table
         for seed in (0, 1):
             result = json.loads((out / "toy" / arm / f"seed{seed}" / "result.json").read_text())
@@ -37,7 +37,16 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
         )
         assert matched["budget"] == {"same_updates_as": "self", "updates": updates_made(self_run)}
         assert matched["grpo_config"]["max_steps"] == updates_made(self_run) == updates_made(matched)
+        # ... and the same-prompts arm for as many whole batches as the prompts SELF trained on (at least one)
+        from trl_rlvr_ext.studies.runner import prompts_trained
 
+        prompts = json.loads((out / "toy" / "grpo_same_prompts" / f"seed{seed}" / "result.json").read_text())
+        per_batch = self_run["sizes"]["num_prompts"]
+        batches = max(1, round(prompts_trained(self_run) / per_batch))
+        assert prompts["budget"]["same_prompts_as"] == "self"
+        assert prompts["budget"]["prompts"] == round(prompts_trained(self_run), 3)
+        assert prompts["grpo_config"]["max_steps"] == batches * self_run["sizes"]["steps_per_generation"]
+        assert prompts_trained(prompts) == per_batch * batches
     # Resume: nothing is trained or evaluated again ...
     from trl_rlvr_ext.grpo.grpo_trainer import RLVRGRPOTrainer
 
@@ -48,7 +57,7 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("trl_rlvr_ext.evaluation.evaluate_pass_at_k", no_training)
     capsys.readouterr()
     assert main(argv) == 0
-    assert capsys.readouterr().out.count("done, loading") == 10
+    assert capsys.readouterr().out.count("done, loading") == 12
     # ... except a run whose result is missing (an interrupted run): exactly that one is redone
     (out / "toy" / "grpo" / "seed1" / "result.json").unlink()
     with pytest.raises(AssertionError, match="redone"):
@@ -84,7 +93,7 @@ def test_self_study_covers_every_preset_with_its_own_base(monkeypatch):
     study = get_study("self")
     assert set(GYM_BASE_STEPS) == set(PRESETS)
     assert {t.dataset for t in study.tasks.values()} == {"toy:arithmetic", TOY9, *PRESETS.values()}
-    assert list(study.arms) == ["base", "grpo", "self", "pass_rate", "grpo_same_budget"]
+    assert list(study.arms) == ["base", "grpo", "self", "pass_rate", "grpo_same_budget", "grpo_same_prompts"]
     # toy9's base is warm-started on its own digit range (the name is resolved, not built, here)
     monkeypatch.setattr("trl_rlvr_ext.data.resolve_model_name_or_path", lambda name: name)
     assert study.tasks["toy9"].base_model(False) == "toy:base?min_digits=9&max_digits=9"
@@ -135,7 +144,7 @@ def test_a_run_named_twice_is_refused(tmp_path):
 
 
 def test_updates_made_and_the_same_budget_arm_by_hand(tmp_path):
-    from trl_rlvr_ext.studies.runner import Arm, StudyTask, same_budget_arm, updates_made
+    from trl_rlvr_ext.studies.runner import Arm, StudySizes, StudyTask, same_budget_arm, updates_made
 
     # 100 steps, the last log's cumulative skip count is 37: 63 updates; without curation logs, every step
     log = [{"step": 20, "curation/skipped_steps": 9.0}, {"step": 100, "curation/skipped_steps": 37.0}]
@@ -144,12 +153,47 @@ def test_updates_made_and_the_same_budget_arm_by_hand(tmp_path):
     task = StudyTask("t", "toy:arithmetic", "toy_accuracy", None, None, 7)
     arm = Arm("matched", config={"beta": 0.0}, same_updates_as="self")
     with pytest.raises(ValueError, match="run --arms self first"):
-        same_budget_arm(tmp_path, task, arm, 3)
+        same_budget_arm(tmp_path, task, arm, 3, StudySizes())
     run = tmp_path / "t" / "self" / "seed3"
     run.mkdir(parents=True)
     (run / "result.json").write_text(json.dumps({"sizes": {"max_steps": 100}, "train_log": log}))
-    matched, budget = same_budget_arm(tmp_path, task, arm, 3)
+    matched, budget = same_budget_arm(tmp_path, task, arm, 3, StudySizes())
     assert matched.config == {"beta": 0.0, "max_steps": 63} and budget == {"same_updates_as": "self", "updates": 63}
+
+
+def test_prompts_trained_and_the_same_prompts_arm_by_hand(tmp_path):
+    from trl_rlvr_ext.studies.runner import Arm, StudySizes, StudyTask, prompts_trained, same_budget_arm
+
+    sizes = StudySizes(max_steps=100, num_prompts=32, steps_per_generation=2)
+    # windows of 20, 20 and 60 steps (10, 10 and 30 batches of 2 steps) keeping 10.5, 8 and 4 prompts a batch on average
+    log = [
+        {"step": 20, "curation/kept_prompts": 10.5},
+        {"step": 40, "curation/kept_prompts": 8.0},
+        {"step": 100, "curation/kept_prompts": 4.0},
+    ]
+    result = {"sizes": {"max_steps": 100, "num_prompts": 32, "steps_per_generation": 2}, "train_log": log}
+    assert prompts_trained(result) == 10.5 * 10 + 8.0 * 10 + 4.0 * 30 == 305.0
+    # without curation every prompt of every batch: 32 x 50; the run's own config wins over the study's sizes
+    assert prompts_trained({**result, "train_log": []}) == 1600.0
+    assert prompts_trained({**result, "train_log": [], "grpo_config": {"max_steps": 28}}) == 32 * 14
+    task = StudyTask("t", "toy:arithmetic", "toy_accuracy", None, None, 7)
+    arm = Arm("matched", same_prompts_as="self")
+    with pytest.raises(ValueError, match="as many prompts as 'self'.*run --arms self first"):
+        same_budget_arm(tmp_path, task, arm, 3, sizes)
+    run = tmp_path / "t" / "self" / "seed3"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(json.dumps(result))
+    # 305 prompts = 9.53 batches of 32: 10 whole batches, 20 steps
+    matched, budget = same_budget_arm(tmp_path, task, arm, 3, sizes)
+    assert matched.config == {"max_steps": 20}
+    assert budget == {"same_prompts_as": "self", "prompts": 305.0, "updates": 20}
+    (run / "result.json").write_text(
+        json.dumps({**result, "train_log": [{"step": 100, "curation/kept_prompts": 0.0}]})
+    )
+    with pytest.raises(ValueError, match="trained on no prompt"):
+        same_budget_arm(tmp_path, task, arm, 3, sizes)
+    with pytest.raises(ValueError, match="one budget"):
+        Arm("both", same_updates_as="self", same_prompts_as="self")
 
 
 def test_a_same_budget_arm_before_its_source_is_refused(tmp_path, monkeypatch):
@@ -168,3 +212,21 @@ def test_a_same_budget_arm_before_its_source_is_refused(tmp_path, monkeypatch):
                 str(tmp_path),
             ]
         )
+
+
+def test_the_prompts_matched_runs_are_declared_for_known_tasks_and_judged_by_claim_3c():
+    import shlex
+
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.self_study import CLAIMS, PROMPTS_MATCHED_COMMANDS
+
+    study = get_study("self")
+    for command in PROMPTS_MATCHED_COMMANDS:
+        words = shlex.split(command)
+        options = dict(zip(words[3::2], words[4::2]))
+        assert words[:3] == ["trl-rlvr-ext", "study", "self"] and options["--out_dir"] == "<dir>"
+        assert options["--tasks"] in study.tasks and options["--arms"] == "grpo_same_prompts"
+        assert options["--seeds"] == "0,1,2,3,4" and options["--max_steps"] == "100"
+    (claim,) = [c for c in CLAIMS if c.baseline == "grpo_same_prompts"]
+    assert (claim.arm, claim.metric, claim.smallest_effect) == ("self", "pass@256", 0.03)
+    assert study.arms["grpo_same_prompts"].same_prompts_as == "self" and not study.arms["grpo_same_prompts"].config

@@ -58,7 +58,9 @@ class Arm:
 
     ``same_updates_as`` names an arm whose same-seed run (finished first, in the same ``out_dir``) sets this arm's
     ``max_steps``: the optimizer updates that run made. A curation arm that skips steps trains less than its baseline;
-    this arm is the baseline at the same budget.
+    this arm is the baseline at the same budget. ``same_prompts_as`` is the same for the prompts trained on
+    (`prompts_trained`): a curation arm that drops prompts from every batch but makes every update trains on fewer
+    prompts than its baseline, which the same updates do not match.
 
     ``settings`` names the study's settings the arm belongs to (empty: every one, and the defaults). An arm declared
     for some settings only needs what those settings provide (e.g. a validation split); it is left out of the default
@@ -70,7 +72,14 @@ class Arm:
     config: dict = dataclasses.field(default_factory=dict)
     peft: dict | None = None
     same_updates_as: str = ""  # another arm: train for the optimizer updates its same-seed run made (`updates_made`)
+    same_prompts_as: str = ""  # another arm: train on as many prompts as its same-seed run did (`prompts_trained`)
     settings: tuple[str, ...] = ()  # the settings this arm runs in (empty: all, and without a setting)
+
+    def __post_init__(self):
+        if self.same_updates_as and self.same_prompts_as:
+            raise ValueError(
+                f"Arm {self.name!r} sets same_updates_as and same_prompts_as: an arm matches one budget, set one."
+            )
 
 
 @dataclasses.dataclass
@@ -254,19 +263,52 @@ def updates_made(result: dict) -> int:
     return int(max_steps - (skipped[-1] if skipped else 0))
 
 
-def same_budget_arm(out_dir: Path, task: StudyTask, arm: Arm, seed: int) -> tuple[Arm, dict]:
-    """``arm`` with ``max_steps`` set to the updates of its ``same_updates_as`` arm's same-seed run, and the budget
-    record ``{"same_updates_as": name, "updates": n}``. Fails naming the run to make first."""
-    done = finished_result(out_dir, task, Arm(arm.same_updates_as), seed)
+def prompts_trained(result: dict) -> float:
+    """The prompts a run trained on, summed over its generation batches: each logging window's mean of
+    ``curation/kept_prompts`` (logged once per scored batch, 0 for a batch dropped whole) times the batches the window
+    holds (its steps over ``steps_per_generation``); a run without curation trains on every prompt of every batch."""
+    config = result.get("grpo_config") or {}
+    per_generation = config.get("steps_per_generation", result["sizes"]["steps_per_generation"])
+    kept = train_log_series(result, "curation/kept_prompts")
+    if not kept:
+        max_steps = config.get("max_steps", result["sizes"]["max_steps"])
+        return float(result["sizes"]["num_prompts"] * max_steps / per_generation)
+    total, previous = 0.0, 0
+    for step, value in kept:
+        total += value * (step - previous) / per_generation
+        previous = step
+    return total
+
+
+def _budget_source(out_dir: Path, task: StudyTask, arm: Arm, source: str, seed: int, what: str) -> dict:
+    done = finished_result(out_dir, task, Arm(source), seed)
     if done is None:
         raise ValueError(
-            f"Arm {arm.name!r} trains for as many updates as {arm.same_updates_as!r} made on seed {seed}, which has "
-            f"not run in {out_dir}/{task.name}: run --arms {arm.same_updates_as} first (or list it before {arm.name})."
+            f"Arm {arm.name!r} trains for as many {what} as {source!r} did on seed {seed}, which has not run in "
+            f"{out_dir}/{task.name}: run --arms {source} first (or list it before {arm.name})."
         )
-    updates = updates_made(done)
-    if updates < 1:
-        raise ValueError(f"{arm.same_updates_as!r} seed {seed} made no update: there is no budget to match.")
-    budget = {"same_updates_as": arm.same_updates_as, "updates": updates}
+    return done
+
+
+def same_budget_arm(out_dir: Path, task: StudyTask, arm: Arm, seed: int, sizes: "StudySizes") -> tuple[Arm, dict]:
+    """``arm`` with ``max_steps`` set to the budget of its source arm's same-seed run, and the budget record.
+
+    ``same_updates_as``: the updates that run made (`updates_made`); record ``{"same_updates_as": name, "updates":
+    n}``. ``same_prompts_as``: as many whole generation batches of ``sizes.num_prompts`` prompts as the prompts that
+    run trained on (`prompts_trained`, rounded to the nearest batch, at least one), times ``steps_per_generation``;
+    record ``{"same_prompts_as": name, "prompts": p, "updates": n}``. Fails naming the run to make first."""
+    if arm.same_updates_as:
+        updates = updates_made(_budget_source(out_dir, task, arm, arm.same_updates_as, seed, "updates"))
+        if updates < 1:
+            raise ValueError(f"{arm.same_updates_as!r} seed {seed} made no update: there is no budget to match.")
+        budget = {"same_updates_as": arm.same_updates_as, "updates": updates}
+    else:
+        prompts = prompts_trained(_budget_source(out_dir, task, arm, arm.same_prompts_as, seed, "prompts"))
+        if prompts <= 0:
+            raise ValueError(f"{arm.same_prompts_as!r} seed {seed} trained on no prompt: there is no budget to match.")
+        batches = max(1, round(prompts / sizes.num_prompts))
+        updates = batches * sizes.steps_per_generation
+        budget = {"same_prompts_as": arm.same_prompts_as, "prompts": round(prompts, 3), "updates": updates}
     return dataclasses.replace(arm, config={**arm.config, "max_steps": updates}), budget
 
 
@@ -400,8 +442,8 @@ def run_one(
     model, tokenizer, boundary, log_history, config = base_path, None, [], [], None
     train_seconds = 0.0
     parameters, lora_init, budget = None, None, None
-    if arm.same_updates_as:
-        arm, budget = same_budget_arm(out_dir, task, arm, seed)
+    if arm.same_updates_as or arm.same_prompts_as:
+        arm, budget = same_budget_arm(out_dir, task, arm, seed, sizes)
     if arm.train:
         from transformers import AutoTokenizer
 
@@ -777,9 +819,9 @@ def run_study(
                 f"Arm {name!r} runs only in setting(s) {list(declared)}, not {where}: add --setting {declared[0]}."
             )
     for index, name in enumerate(order):
-        source = study.arms[name].same_updates_as
+        source = study.arms[name].same_updates_as or study.arms[name].same_prompts_as
         if source and source in order[index:]:  # its budget must be known before it starts
-            raise ValueError(f"Arm {name!r} matches the updates of {source!r}: list {source!r} before it.")
+            raise ValueError(f"Arm {name!r} matches the budget of {source!r}: list {source!r} before it.")
     seeds = [0, 1, 2] if seeds is None else list(seeds)
     if not seeds:
         raise ValueError("No seeds: give at least one.")
