@@ -230,3 +230,42 @@ def test_the_prompts_matched_runs_are_declared_for_known_tasks_and_judged_by_cla
     (claim,) = [c for c in CLAIMS if c.baseline == "grpo_same_prompts"]
     assert (claim.arm, claim.metric, claim.smallest_effect) == ("self", "pass@256", 0.03)
     assert study.arms["grpo_same_prompts"].same_prompts_as == "self" and not study.arms["grpo_same_prompts"].config
+
+
+@pytest.mark.parametrize("precision", ["trainer", "fp32"])
+def test_a_setting_chooses_the_precision_trained_arms_are_evaluated_at(tmp_path, monkeypatch, precision):
+    """``Setting(evaluate_precision="fp32")`` evaluates the trained weights without the trainer's bf16 autocast, as a
+    base arm (loaded fresh) is evaluated; the default keeps the trainer's forward (autocast on), as every design so far.
+    """
+    import dataclasses
+
+    import torch
+
+    from trl_rlvr_ext.studies import get_study, runner
+    from trl_rlvr_ext.studies.runner import Setting
+
+    with pytest.raises(ValueError, match="evaluate_precision='bf16'"):
+        Setting("x", evaluate_precision="bf16")
+    study = get_study("self")
+    study = dataclasses.replace(
+        study, settings={**study.settings, "one": Setting("one", evaluate_precision=precision)}
+    )
+    seen = {}
+    evaluate = runner.evaluate_and_record
+
+    def spy(study, task, arm, seed, out_dir, sizes, quick, command, model, *args, **kwargs):
+        if arm.train:
+
+            def hook(module, inputs):
+                seen["autocast"] = torch.is_autocast_enabled("cpu")
+
+            # on an inner module: the autocast wraps the model's forward, inside its own pre-hooks
+            handle = list(model.modules())[-1].register_forward_pre_hook(hook)
+            model(input_ids=torch.tensor([[1, 2, 3]]))
+            handle.remove()
+        return evaluate(study, task, arm, seed, out_dir, sizes, quick, command, model, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "evaluate_and_record", spy)
+    (result,) = runner.run_study(study, tmp_path, tasks=["toy"], arms=["grpo"], seeds=[0], quick=True, setting="one")
+    assert seen["autocast"] is (precision == "trainer")
+    assert result.get("evaluated_precision") == (None if precision == "trainer" else "fp32")

@@ -116,6 +116,9 @@ QUICK = StudySizes(
 )
 
 
+EVALUATE_PRECISIONS = ("trainer", "fp32")
+
+
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """A named regime of a study, declared in its code before its runs (``trl-rlvr-ext study <name> --setting``).
@@ -132,6 +135,12 @@ class Setting:
     # (`validation_split`) instead of the test problems, for a setting whose runs make a choice (e.g. a learning rate)
     # that the test problems must not see. The record says which problems it measured (``evaluated_on``).
     evaluate_on: str = "test"
+    # How a trained arm's final Pass@k is computed. "trainer": through the trainer's model as it trained, which under
+    # TRL's default bf16=True on CPU is bf16 autocast around fp32 weights (every design before this field). "fp32": the
+    # same weights with the trainer's autocast removed (`Accelerator.unwrap_model(keep_fp32_wrapper=False)`), which is
+    # how a base arm (loaded fresh) is evaluated, so every arm of a design is measured at one precision. The record
+    # says which (``evaluated_precision``).
+    evaluate_precision: str = "trainer"
 
     def __post_init__(self):
         unknown = sorted(set(self.sizes) - {f.name for f in dataclasses.fields(StudySizes)})
@@ -139,6 +148,11 @@ class Setting:
             raise ValueError(f"Setting sizes {unknown} are not StudySizes fields.")
         if self.evaluate_on not in ("test", "validation"):
             raise ValueError(f'evaluate_on={self.evaluate_on!r}: choose "test" or "validation".')
+        if self.evaluate_precision not in EVALUATE_PRECISIONS:
+            raise ValueError(
+                f'evaluate_precision={self.evaluate_precision!r}: choose one of {EVALUATE_PRECISIONS} ("fp32" '
+                "evaluates trained arms as base arms are)."
+            )
 
 
 @dataclasses.dataclass
@@ -438,6 +452,7 @@ def run_one(
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     evaluate_on = study.get_setting(setting).evaluate_on if setting is not None else "test"
+    precision = study.get_setting(setting).evaluate_precision if setting is not None else "trainer"
     splits, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick, evaluate_on)
     model, tokenizer, boundary, log_history, config = base_path, None, [], [], None
     train_seconds = 0.0
@@ -482,6 +497,8 @@ def run_one(
         train_seconds = time.perf_counter() - t0
         boundary, log_history = probe.history, trainer.state.log_history
         model = trainer.model
+        if precision == "fp32":
+            model = trainer.accelerator.unwrap_model(model, keep_fp32_wrapper=False)
         model.eval()
     extra = {
         "boundary": [{"step": step, **metrics} for step, metrics in boundary],
@@ -492,6 +509,8 @@ def run_one(
         "lora_init": lora_init,
         **({"budget": budget} if budget is not None else {}),
     }
+    if precision != "trainer" and arm.train:
+        extra["evaluated_precision"] = precision
     if evaluate_on == "validation":  # the record's pass@k is not on the test problems: it says so
         extra["evaluated_on"] = {"name": "validation", **validation_split(splits, sizes, sizes.eval_problems)[1]}
     result = evaluate_and_record(
