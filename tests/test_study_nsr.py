@@ -184,3 +184,77 @@ def test_quick_extension_arms_in_the_near_on_policy_setting(tmp_path):
         k.startswith("adaptive_clip/") for k in keys["delta"]
     )
     assert "| clipped share (signal tokens, replayed steps) |" in (out / "results.md").read_text()
+
+
+def _calibration_record(name, share, rewards=(0.2, 0.25), seed=100, task="countdown_compact"):
+    log = [{"step": 1, "reward": rewards[0], "entropy": 0.2, "off_policy/update_index": 0}]
+    log += [
+        {
+            "step": 2,
+            "off_policy/update_index": 1,
+            "off_policy/clipped_low_frac": share / 2,
+            "off_policy/clipped_high_frac": share / 2,
+        },
+        {"step": 3, "reward": rewards[1], "entropy": 0.2, "off_policy/update_index": 0},
+    ]
+    return {"task": task, "arm": "none", "seed": seed, "setting": f"calibrate_{name}", "train_log": log}
+
+
+def test_the_clip_regime_rule_takes_the_first_candidate_that_clips_enough_without_collapsing():
+    from trl_rlvr_ext.studies.nsr_study import CLIP_CANDIDATES, CLIP_TARGET, choose_clip_regime
+
+    names = list(CLIP_CANDIDATES)
+    assert names == ["updates32", "updates16_lr6e-4", "updates32_lr6e-4"] and CLIP_TARGET == 0.05
+    enough, short = CLIP_TARGET + 0.001, CLIP_TARGET - 0.001
+    # the first candidate that clips enough wins, even when a later one clips more
+    records = [
+        _calibration_record(names[0], short),
+        _calibration_record(names[1], enough),
+        _calibration_record(names[2], 0.2),
+    ]
+    assert choose_clip_regime(records) == names[1]
+    # a candidate that clips enough but collapsed (last reward below half the first) is passed over
+    records[1] = _calibration_record(names[1], enough, rewards=(0.2, 0.09))
+    assert choose_clip_regime(records) == names[2]
+    # none qualifies: no regime
+    records[2] = _calibration_record(names[2], short)
+    assert choose_clip_regime(records) is None
+    # records of other tasks, arms or seeds are not read; a missing candidate or a repeated one is refused
+    with pytest.raises(ValueError, match="No calibration record"):
+        choose_clip_regime(records[:2] + [_calibration_record(names[2], 0.2, seed=20)])
+    with pytest.raises(ValueError, match="Two calibration records"):
+        choose_clip_regime(records + [_calibration_record(names[0], enough)])
+
+
+def test_calibration_settings_evaluate_on_validation_and_mirror_their_candidates():
+    from trl_rlvr_ext.studies.nsr_study import CALIBRATION_COMMANDS, CLIP_CANDIDATES, SETTINGS
+
+    for name, candidate in CLIP_CANDIDATES.items():
+        twin = SETTINGS[f"calibrate_{name}"]
+        assert (twin.sizes, twin.config) == (candidate.sizes, candidate.config)
+        assert (twin.evaluate_on, candidate.evaluate_on) == ("validation", "test")
+        assert SETTINGS[name] is candidate
+    assert [c.split("--setting ")[1].split()[0] for c in CALIBRATION_COMMANDS] == [
+        f"calibrate_{n}" for n in CLIP_CANDIDATES
+    ]
+    assert all("--arms none --seeds 100 " in c for c in CALIBRATION_COMMANDS)
+
+
+def test_the_calibration_block_renders_each_candidate_and_the_rules_choice(tmp_path):
+    from trl_rlvr_ext.studies.nsr_study import CLIP_CANDIDATES
+    from trl_rlvr_ext.studies.report import CLIP_CALIBRATION_RECORDS, clip_calibration_block
+
+    assert "Declared, not run yet" in clip_calibration_block(None, {}, tmp_path)["clip_calibration"]
+    names = list(CLIP_CANDIDATES)
+    records = []
+    for name, share in zip(names, (0.03, 0.06, 0.07)):
+        record = _calibration_record(name, share)
+        record.update(num_correct=[1], num_samples=64, pass_at_k={"1": 0.25}, wall_seconds=70.0, command=f"cmd {name}")
+        records.append(record)
+    path = tmp_path / CLIP_CALIBRATION_RECORDS
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    block = clip_calibration_block(None, {}, tmp_path)["clip_calibration"]
+    assert f"| updates32 | {CLIP_CANDIDATES['updates32'].description} | 0.0300 | 0 | 1.250 | 0.250 |" in block
+    assert "| **updates16_lr6e-4** |" in block and "The rule's choice: **updates16_lr6e-4**" in block
+    assert "- `cmd updates32_lr6e-4` (70 s)" in block

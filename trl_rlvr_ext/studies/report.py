@@ -64,7 +64,7 @@ class PageSetting:
 class Page:
     """An evidence page: its study, its markdown file, its settings and any columns of its own (``columns``, after the
     study's) and blocks of its own, per task and setting (``extra_blocks(page, setting, task, records) -> {block
-    suffix: markdown}``) and per page (``page_blocks(page, {setting name: records}) -> {block suffix: markdown}``)."""
+    suffix: markdown}``) and per page (``page_blocks(page, {setting name: records}, root) -> {block suffix: markdown}``)."""
 
     study: str
     path: str
@@ -72,7 +72,7 @@ class Page:
     label: str
     columns: tuple[Column, ...] = ()
     extra_blocks: Callable | None = None
-    page_blocks: Callable | None = None  # page_blocks(page, {setting: records}) -> {block suffix: markdown}
+    page_blocks: Callable | None = None  # page_blocks(page, {setting: records}, root) -> {block suffix: markdown}
 
 
 def _first(key: str) -> Callable[[dict], float | None]:
@@ -205,7 +205,7 @@ def mechanism_blocks(page: "Page", setting: PageSetting, task: str, records: lis
     return blocks
 
 
-def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[dict]]) -> dict[str, str]:
+def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
     """The SELF page's test of the mechanisms by prediction: over every (task, setting, trained arm) unit with at
     least 2 seeds, does more of a mechanism metric go with a lower pass@n change? (`mechanisms.prediction`)."""
     from .mechanisms import prediction, prediction_table_markdown, units_from_records
@@ -233,6 +233,66 @@ def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[di
     header = ["task", "setting", "arm", "seeds", "winner_take_all", "interference_frac", "Δpass@n"]
     unit_table = "\n".join([_row(header), "|" + "---|" * len(header), *rows])
     return {"mechanisms": table, "mechanism_units": unit_table}
+
+
+CLIP_CALIBRATION_RECORDS = "docs/evidence/data/nsr/clip_calibration.jsonl"
+
+
+def clip_calibration_block(page: "Page", settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
+    """The NSR page's choice of a clip regime on countdown_compact (`nsr_study.choose_clip_regime`): each candidate's
+    calibration run (stock clipping, the unreported seed, validation problems) with the diagnostics the rule reads,
+    and the regime the rule picks. Before the calibration has run, says so."""
+    from .nsr_study import (
+        CALIBRATION_COMMANDS,
+        CALIBRATION_PREFIX,
+        CLIP_CANDIDATES,
+        CLIP_TARGET,
+        choose_clip_regime,
+        collapsed,
+        signal_clipped_share,
+    )
+
+    path = root / CLIP_CALIBRATION_RECORDS
+    if not path.exists():
+        commands = "\n".join(f"- `{command}`" for command in CALIBRATION_COMMANDS)
+        return {"clip_calibration": f"Declared, not run yet:\n\n{commands}"}
+    records = load_records(path)
+    chosen = choose_clip_regime(records)
+    by_setting = {r.get("setting"): r for r in records}
+    ratio = _reward_ratio(_last("reward"))
+    header = [
+        "candidate",
+        "regime",
+        "clipped share (signal tokens, replayed steps)",
+        "collapsed",
+        "last / first reward",
+        "validation pass@1",
+    ]
+    rows = []
+    for name, candidate in CLIP_CANDIDATES.items():
+        record = by_setting[CALIBRATION_PREFIX + name]
+        share, reward_ratio = signal_clipped_share(record), ratio(record)
+        rows.append(
+            _row(
+                [
+                    f"**{name}**" if name == chosen else name,
+                    candidate.description,
+                    "n/a" if share is None else f"{share:.4f}",
+                    f"{collapsed(record):.0f}",
+                    "n/a" if reward_ratio is None else f"{reward_ratio:.3f}",
+                    f"{record['pass_at_k']['1']:.3f}",
+                ]
+            )
+        )
+    verdict = (
+        f"The rule's choice: **{chosen}** (the first candidate to clip at least {CLIP_TARGET:.0%} of the signal tokens "
+        "without collapsing)."
+        if chosen
+        else f"No candidate clipped {CLIP_TARGET:.0%} of the signal tokens without collapsing: no regime was chosen."
+    )
+    commands = "\n".join(f"- `{r['command']}` ({r['wall_seconds']:.0f} s)" for r in records)
+    table = "\n".join([_row(header), "|" + "---|" * len(header), *rows])
+    return {"clip_calibration": f"{table}\n\n{verdict}\n\nCommands:\n\n{commands}"}
 
 
 def stability_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
@@ -375,6 +435,7 @@ PAGES = {
         "NSR",
         columns=(Column("last / first reward (collapse below 0.5)", _reward_ratio(_last("reward")), 3),),
         extra_blocks=clipped_ratio_block,
+        page_blocks=clip_calibration_block,
     ),
     "is_dpo": Page(
         "is_dpo",
@@ -928,7 +989,7 @@ def render_study(name: str, root: Path) -> tuple[dict[str, str], list[Part]]:
                     blocks[f"{prefix}:{suffix}"] = text
         parts += judge_parts(name, study, setting, records)
     if page.page_blocks is not None:
-        for suffix, text in page.page_blocks(page, all_records).items():
+        for suffix, text in page.page_blocks(page, all_records, root).items():
             blocks[f"{name}:{suffix}"] = text
     blocks[f"{name}:claims"] = claims_table(parts)
     blocks[f"{name}:commands"] = commands_block(by_setting)
