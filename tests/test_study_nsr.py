@@ -1,7 +1,9 @@
 """The ``nsr`` study: ``trl-rlvr-ext study nsr --quick`` end to end, and its table columns by hand."""
 
+import gzip
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -253,8 +255,32 @@ def test_the_calibration_block_renders_each_candidate_and_the_rules_choice(tmp_p
         records.append(record)
     path = tmp_path / CLIP_CALIBRATION_RECORDS
     path.parent.mkdir(parents=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    path.write_bytes(gzip.compress(text.encode()) if path.suffix == ".gz" else text.encode())
     block = clip_calibration_block(None, {}, tmp_path)["clip_calibration"]
     assert f"| updates32 | {CLIP_CANDIDATES['updates32'].description} | 0.0300 | 0 | 1.250 | 0.250 |" in block
     assert "| **updates16_lr6e-4** |" in block and "The rule's choice: **updates16_lr6e-4**" in block
     assert "- `cmd updates32_lr6e-4` (70 s)" in block
+
+
+def test_the_chosen_regime_is_the_rules_choice_on_the_committed_calibration_records():
+    from trl_rlvr_ext.studies.nsr_study import (
+        CALIBRATION_COMMANDS,
+        CLIP_REGIME,
+        CONFIRM_ARMS,
+        CONFIRM_COMMANDS,
+        CONFIRM_SEEDS,
+        choose_clip_regime,
+    )
+    from trl_rlvr_ext.studies.report import CLIP_CALIBRATION_RECORDS, load_records
+
+    records = load_records(Path(__file__).parent.parent / CLIP_CALIBRATION_RECORDS)
+    assert choose_clip_regime(records) == CLIP_REGIME
+    # every calibration record ran its declared command, on the validation problems
+    assert sorted(r["command"].rsplit(" --out_dir", 1)[0] for r in records) == sorted(
+        c.rsplit(" --out_dir", 1)[0] for c in CALIBRATION_COMMANDS
+    )
+    assert all(r["evaluated_on"]["name"] == "validation" and r["evaluated_on"]["rows"] == [100, 200] for r in records)
+    seeds = [int(s) for c in CONFIRM_COMMANDS for s in c.split("--seeds ")[1].split()[0].split(",")]
+    assert tuple(seeds) == CONFIRM_SEEDS and all(f"--setting {CLIP_REGIME} " in c for c in CONFIRM_COMMANDS)
+    assert all("--arms " + ",".join(CONFIRM_ARMS) + " " in c for c in CONFIRM_COMMANDS)

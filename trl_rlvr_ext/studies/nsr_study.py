@@ -239,6 +239,17 @@ def choose_clip_regime(records: list[dict]) -> str | None:
     return None
 
 
+# The rule's choice on the committed calibration records (docs/evidence/data/nsr/clip_calibration.jsonl.gz; a test
+# holds the two equal), and its runs on the fresh seeds, in two launches (seeds 20-22, then 23-24) as CPU allows.
+CLIP_REGIME = "updates32_lr6e-4"
+CONFIRM_COMMANDS = tuple(
+    f"trl-rlvr-ext study nsr --tasks countdown_compact --setting {CLIP_REGIME} --arms "
+    + ",".join(CONFIRM_ARMS)
+    + f" --seeds {seeds} --out_dir <dir>"
+    for seeds in ("20,21,22", "23,24")
+)
+
+
 # The pre-declared comparisons the evidence page judges (trl_rlvr_ext.studies.verdicts), on every task and setting
 # where both arms ran. "NSR stabilises training" is not among them: its indicator (`collapsed`) is one number per run,
 # not per problem, so the paired per-problem interval does not apply; the page shows it without a verdict.

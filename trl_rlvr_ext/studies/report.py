@@ -235,7 +235,7 @@ def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[di
     return {"mechanisms": table, "mechanism_units": unit_table}
 
 
-CLIP_CALIBRATION_RECORDS = "docs/evidence/data/nsr/clip_calibration.jsonl"
+CLIP_CALIBRATION_RECORDS = "docs/evidence/data/nsr/clip_calibration.jsonl.gz"
 
 
 def clip_calibration_block(page: "Page", settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
@@ -285,10 +285,10 @@ def clip_calibration_block(page: "Page", settings_records: dict[str, list[dict]]
             )
         )
     verdict = (
-        f"The rule's choice: **{chosen}** (the first candidate to clip at least {CLIP_TARGET:.0%} of the signal tokens "
+        f"The rule's choice: **{chosen}** (the first candidate to clip at least {CLIP_TARGET * 100:.0f} % of the signal tokens "
         "without collapsing)."
         if chosen
-        else f"No candidate clipped {CLIP_TARGET:.0%} of the signal tokens without collapsing: no regime was chosen."
+        else f"No candidate clipped {CLIP_TARGET * 100:.0f} % of the signal tokens without collapsing: no regime was chosen."
     )
     commands = "\n".join(f"- `{r['command']}` ({r['wall_seconds']:.0f} s)" for r in records)
     table = "\n".join([_row(header), "|" + "---|" * len(header), *rows])
