@@ -110,13 +110,23 @@ def test_committed_trivial_records_cover_every_evaluation_set_and_reproduce():
     records = [r for r in read_records([str(DATA)]) if not r["arm"].startswith("trivial")]
     trivial = [json.loads(line) for line in (DATA / "trivial.jsonl").read_text().splitlines()]
     sets = baselines.study_evaluation_sets(records, studies={"self", "nsr", "is_dpo", "lora_init"})
-    assert {s["task"] for s in sets} == {"toy", "toy9", "chain_sum", "number_sorting", "mixture", "countdown"}
+    assert {s["task"] for s in sets} == {
+        "toy",
+        "toy9",
+        "chain_sum",
+        "number_sorting",
+        "mixture",
+        "countdown",
+        "countdown_compact",
+    }
     assert {(s["task"], s["num_samples"]) for s in sets} >= {
         ("toy", 64),
         ("toy", 256),
         ("chain_sum", 64),
         ("countdown", 64),
         ("countdown", 256),
+        ("countdown_compact", 64),
+        ("countdown_compact", 256),
     }
     for evaluation_set in sets:
         mine = [

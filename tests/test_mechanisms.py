@@ -195,3 +195,18 @@ def test_markdown_tables():
     lines = prediction_table_markdown(results).splitlines()
     assert lines[2] == "| m | 3 | -1.00 | — | inconclusive (3 units: a rank correlation needs >= 4) |"
     assert lines[3].startswith("| m | 12 | +1.00 | [+1.00, +1.00] | not reproduced |")
+
+
+def test_a_run_probed_only_at_step_0_has_no_end_of_training_probe():
+    from trl_rlvr_ext.studies.mechanisms import _last_probe
+    from trl_rlvr_ext.studies.records import end_probe
+
+    probed = {
+        "boundary": [{"step": 0, "boundary/interference_frac": 0.0}, {"step": 20, "boundary/interference_frac": 0.3}]
+    }
+    assert end_probe(probed) == {"step": 20, "boundary/interference_frac": 0.3}
+    assert _last_probe(probed, "boundary/interference_frac") == 0.3
+    # a 14-step run with a probe every 20 steps: its one probe is step 0, where every change is 0 by definition
+    short = {"boundary": [{"step": 0, "boundary/interference_frac": 0.0}]}
+    assert end_probe(short) is None and math.isnan(_last_probe(short, "boundary/interference_frac"))
+    assert end_probe({"boundary": []}) is None and end_probe({}) is None

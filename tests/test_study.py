@@ -269,3 +269,28 @@ def test_a_setting_chooses_the_precision_trained_arms_are_evaluated_at(tmp_path,
     (result,) = runner.run_study(study, tmp_path, tasks=["toy"], arms=["grpo"], seeds=[0], quick=True, setting="one")
     assert seen["autocast"] is (precision == "trainer")
     assert result.get("evaluated_precision") == (None if precision == "trainer" else "fp32")
+
+
+def test_the_boundary_plot_takes_seeds_probed_at_different_steps(tmp_path, monkeypatch):
+    """A same-budget arm's seeds stop at different steps (each matches its own seed's SELF run), so one seed has a
+    probe the other lacks; the plot aligns them on the union of the steps (NaN where a seed has none)."""
+    import matplotlib.axes
+
+    from trl_rlvr_ext.studies.runner import _plot
+
+    def run(seed, steps):
+        boundary = [{"step": s, "boundary/interference_frac": s / 100} for s in steps]
+        return {"arm": "matched", "seed": seed, "pass_at_k": {"1": 0.5, "2": 0.7}, "boundary": boundary}
+
+    plotted = []
+    original = matplotlib.axes.Axes.plot
+
+    def spy(self, x, y, *args, **kwargs):
+        plotted.append((self.get_title(), list(x), list(y)))
+        return original(self, x, y, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "plot", spy)
+    _plot("t", [run(0, [0, 20, 40]), run(1, [0, 20])], tmp_path)
+    assert (tmp_path / "t_boundary.png").read_bytes()[:4] == b"\x89PNG"
+    # the interference panel (the others' metric is absent: all NaN): step 40 is seed 0's alone
+    assert ([0, 20, 40], [0.0, 0.2, 0.4]) in [(steps, mean) for _, steps, mean in plotted]

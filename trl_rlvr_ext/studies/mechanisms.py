@@ -17,6 +17,7 @@ import statistics
 
 import numpy as np
 
+from .records import end_probe
 from .verdicts import decide
 
 
@@ -102,8 +103,8 @@ def _shrink(arm_record: dict, base_record: dict) -> float:
 
 
 def _last_probe(record: dict, key: str) -> float:
-    steps = sorted(record.get("boundary") or [], key=lambda row: row["step"])
-    return float(steps[-1].get(key, float("nan"))) if steps else float("nan")
+    probe = end_probe(record)
+    return float(probe.get(key, float("nan"))) if probe is not None else float("nan")
 
 
 def units_from_records(records: list[dict], settings: list[tuple[str, dict]], num_groups: int = 5) -> list[dict]:

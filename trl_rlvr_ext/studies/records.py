@@ -13,6 +13,14 @@ import json
 from pathlib import Path
 
 
+def end_probe(record: dict) -> dict | None:
+    """The boundary probe a run's "end" columns read: its last probe after training began (step > 0). ``None`` for a
+    run without one: a run shorter than the probe interval was only probed at step 0, where every change is 0 by
+    definition, which is not a measurement of the trained model."""
+    after = [row for row in record.get("boundary") or [] if row["step"] > 0]
+    return max(after, key=lambda row: row["step"]) if after else None
+
+
 def collect_results(out_dir: str | Path) -> list[dict]:
     """Every ``<task>/<arm>/seed<k>/result.json`` under ``out_dir``, as dicts."""
     paths = sorted(Path(out_dir).glob("*/*/seed*/result.json"))

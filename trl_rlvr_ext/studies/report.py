@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..evaluation.pass_at_k import pass_at_k
-from .records import read_records_text
+from .records import end_probe, read_records_text
 from .runner import Column, _mean_sd
 from .verdicts import Claim, Judgement, judge
 
@@ -224,7 +224,7 @@ def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[di
                 u["arm"],
                 ",".join(map(str, u["seeds"])),
                 f"{u['winner_take_all']:+.3f}",
-                f"{u['interference_frac']:.3f}",
+                "n/a" if np.isnan(u["interference_frac"]) else f"{u['interference_frac']:.3f}",
                 f"{u['shrink']:+.3f}",
             ]
         )
@@ -422,6 +422,14 @@ PAGES = {
                 "2 updates per rollout, lr 3e-4",
                 ("docs/evidence/data/nsr/updates2.jsonl.gz",),
                 {"steps_per_generation": 2},
+            ),
+            # countdown_compact's regime, chosen by nsr_study.choose_clip_regime on the calibration records (seed 100,
+            # validation problems), then run on fresh seeds 20-24
+            PageSetting(
+                "updates32_lr6e-4",
+                "32 updates per rollout, lr 6e-4 (chosen on calibration)",
+                ("docs/evidence/data/nsr/updates32_lr6e-4.jsonl.gz",),
+                {"max_steps": 65, "learning_rate": 6e-4},
             ),
             PageSetting(
                 "lr1e-4",
@@ -661,7 +669,7 @@ def pass_at_k_table(study, page: Page, records: list[dict]) -> str:
                 (
                     f"{key} (end)",
                     lambda runs, key=key: _mean_sd(
-                        [r["boundary"][-1].get(f"boundary/{key}") for r in runs if r.get("boundary")]
+                        [end_probe(r).get(f"boundary/{key}") for r in runs if end_probe(r) is not None]
                     ),
                 )
             )

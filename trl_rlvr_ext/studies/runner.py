@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from .records import end_probe
+
 
 @dataclasses.dataclass
 class StudyTask:
@@ -671,7 +673,7 @@ def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
             cells = [arm_name, ",".join(str(r["seed"]) for r in runs)]
             cells += [_mean_sd([r["pass_at_k"].get(str(k)) for r in runs]) for k in shown]
             for key in ("interference_frac", "winner_take_all") if has_boundary else ():
-                ends = [r["boundary"][-1].get(f"boundary/{key}") for r in runs if r["boundary"]]
+                ends = [end_probe(r).get(f"boundary/{key}") for r in runs if end_probe(r) is not None]
                 cells.append(_mean_sd(ends) if ends else "-")
             cells += [_mean_sd([c.value(r) for r in runs], c.digits) for c in study.columns]
             cells += [_mean_sd([r[key] for r in runs], digits=0) for key in ("train_seconds", "wall_seconds")]
@@ -738,9 +740,12 @@ def _plot(task_name: str, rows: list[dict], out_dir: Path, has_boundary: bool = 
         runs = [r for r in rows if r["arm"] == arm and r["boundary"]]
         if not runs:
             continue
-        steps = [b["step"] for b in runs[0]["boundary"]]
+        # seeds of an arm that matches another run's budget stop at different steps, so their probes differ: the
+        # union of the steps, NaN where a seed has no probe
+        steps = sorted({b["step"] for r in runs for b in r["boundary"]})
         for ax, key in zip(axes, keys):
-            values = np.array([[b.get(f"boundary/{key}", np.nan) for b in r["boundary"]] for r in runs], dtype=float)
+            by_step = [{b["step"]: b.get(f"boundary/{key}", np.nan) for b in r["boundary"]} for r in runs]
+            values = np.array([[probes.get(step, np.nan) for step in steps] for probes in by_step], dtype=float)
             with warnings.catch_warnings():  # winner_take_all is NaN at step 0 (no change yet): an empty mean is NaN
                 warnings.simplefilter("ignore", RuntimeWarning)
                 mean = np.nanmean(values, axis=0)
