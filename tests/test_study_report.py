@@ -284,3 +284,18 @@ def test_a_task_that_ran_only_its_base_is_shown_with_its_trivial_policies(tmp_pa
         ("countdown", "base"),
         ("countdown", "trivial_random_expression"),
     ]
+
+
+def test_the_seed_table_leaves_out_trivial_policies_beside_trained_runs():
+    from trl_rlvr_ext.studies.report import PAGES, seeds_table
+
+    page = PAGES["nsr"]
+    runs = [_record("none", seed, [1] * 25 + [0] * 25, num_samples=64) for seed in (10, 11)]
+    trivial = [_record("trivial_random_expression", seed, [2] * 25 + [0] * 25, num_samples=64) for seed in (0, 1, 2)]
+    table = seeds_table(page, runs + trivial)
+    # only the training seeds are columns, and the guess seeds' rows are not paired with them
+    assert table.splitlines()[0] == "| arm | seed 10: pass@1 / pass@64 | seed 11: pass@1 / pass@64 |"
+    assert "trivial" not in table and "| none | 0.008 / 0.500 | 0.008 / 0.500 |" in table
+    assert "| trivial_random_expression | 0.016 / 0.500 | 0.016 / 0.500 | 0.016 / 0.500 |" in seeds_table(
+        page, trivial
+    )

@@ -693,9 +693,14 @@ def pass_at_k_table(study, page: Page, records: list[dict]) -> str:
 
 
 def seeds_table(page: Page, records: list[dict]) -> str:
-    """Every run: pass@1 / pass@k at the largest shown k, per arm (rows) and seed (columns)."""
+    """Every run: pass@1 / pass@k at the largest shown k, per arm (rows) and seed (columns). A trivial policy's seed
+    only seeds its guesses, which have nothing to do with a training seed of the same number, so its rows are left
+    out beside trained or base runs (its mean ± sd over its seeds is in the Pass@k table); they are the table only
+    where nothing else ran."""
     num_samples = max(r["num_samples"] for r in records)
     top = max(k for k in KS if k <= num_samples)
+    models = [r for r in records if not r["arm"].startswith(TRIVIAL_PREFIX)]
+    records = models or records
     seeds = sorted({r["seed"] for r in records})
     lines = [_row(["arm", *[f"seed {s}: pass@1 / pass@{top}" for s in seeds]]), "|" + "---|" * (len(seeds) + 1)]
     for arm in _arm_order(page, records):
