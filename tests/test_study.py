@@ -165,7 +165,8 @@ def test_prompts_trained_and_the_same_prompts_arm_by_hand(tmp_path):
     from trl_rlvr_ext.studies.runner import Arm, StudySizes, StudyTask, prompts_trained, same_budget_arm
 
     sizes = StudySizes(max_steps=100, num_prompts=32, steps_per_generation=2)
-    # windows of 20, 20 and 60 steps (10, 10 and 30 batches of 2 steps) keeping 10.5, 8 and 4 prompts a batch on average
+    # windows of 20, 20 and 60 steps (10, 10 and 30 batches of 2 steps) keeping 10.5, 8 and 4 prompts a batch on
+    # average
     log = [
         {"step": 20, "curation/kept_prompts": 10.5},
         {"step": 40, "curation/kept_prompts": 8.0},
@@ -176,6 +177,10 @@ def test_prompts_trained_and_the_same_prompts_arm_by_hand(tmp_path):
     # without curation every prompt of every batch: 32 x 50; the run's own config wins over the study's sizes
     assert prompts_trained({**result, "train_log": []}) == 1600.0
     assert prompts_trained({**result, "train_log": [], "grpo_config": {"max_steps": 28}}) == 32 * 14
+    # the page's "prompts trained per batch": the same total over the run's 50 generation batches (window-weighted)
+    from trl_rlvr_ext.studies.self_study import _kept_prompts
+
+    assert _kept_prompts(result) == 305.0 / 50 and _kept_prompts({**result, "train_log": []}) is None
     task = StudyTask("t", "toy:arithmetic", "toy_accuracy", None, None, 7)
     arm = Arm("matched", same_prompts_as="self")
     with pytest.raises(ValueError, match="as many prompts as 'self'.*run --arms self first"):
@@ -235,8 +240,8 @@ def test_the_prompts_matched_runs_are_declared_for_known_tasks_and_judged_by_cla
 @pytest.mark.parametrize("precision", ["trainer", "fp32"])
 def test_a_setting_chooses_the_precision_trained_arms_are_evaluated_at(tmp_path, monkeypatch, precision):
     """``Setting(evaluate_precision="fp32")`` evaluates the trained weights without the trainer's bf16 autocast, as a
-    base arm (loaded fresh) is evaluated; the default keeps the trainer's forward (autocast on), as every design so far.
-    """
+    base arm (loaded fresh) is evaluated; the default keeps the trainer's forward (autocast on), as every design so
+    far."""
     import dataclasses
 
     import torch

@@ -64,7 +64,8 @@ class PageSetting:
 class Page:
     """An evidence page: its study, its markdown file, its settings and any columns of its own (``columns``, after the
     study's) and blocks of its own, per task and setting (``extra_blocks(page, setting, task, records) -> {block
-    suffix: markdown}``) and per page (``page_blocks(page, {setting name: records}, root) -> {block suffix: markdown}``)."""
+    suffix: markdown}``) and per page (``page_blocks(page, {setting name: records}, root) -> {block suffix:
+    markdown}``)."""
 
     study: str
     path: str
@@ -259,7 +260,6 @@ def clip_calibration_block(page: "Page", settings_records: dict[str, list[dict]]
     records = load_records(path)
     chosen = choose_clip_regime(records)
     by_setting = {r.get("setting"): r for r in records}
-    ratio = _reward_ratio(_last("reward"))
     header = [
         "candidate",
         "regime",
@@ -271,7 +271,7 @@ def clip_calibration_block(page: "Page", settings_records: dict[str, list[dict]]
     rows = []
     for name, candidate in CLIP_CANDIDATES.items():
         record = by_setting[CALIBRATION_PREFIX + name]
-        share, reward_ratio = signal_clipped_share(record), ratio(record)
+        share, reward_ratio = signal_clipped_share(record), _last_over_first_reward(record)
         rows.append(
             _row(
                 [
@@ -284,11 +284,11 @@ def clip_calibration_block(page: "Page", settings_records: dict[str, list[dict]]
                 ]
             )
         )
+    target = f"{CLIP_TARGET * 100:.0f} % of the signal tokens"
     verdict = (
-        f"The rule's choice: **{chosen}** (the first candidate to clip at least {CLIP_TARGET * 100:.0f} % of the signal tokens "
-        "without collapsing)."
+        f"The rule's choice: **{chosen}** (the first candidate to clip at least {target} without collapsing)."
         if chosen
-        else f"No candidate clipped {CLIP_TARGET * 100:.0f} % of the signal tokens without collapsing: no regime was chosen."
+        else f"No candidate clipped {target} without collapsing: no regime was chosen."
     )
     commands = "\n".join(f"- `{r['command']}` ({r['wall_seconds']:.0f} s)" for r in records)
     table = "\n".join([_row(header), "|" + "---|" * len(header), *rows])
@@ -379,6 +379,10 @@ def _reward_ratio(last: Callable[[dict], float | None]) -> Callable[[dict], floa
     return value
 
 
+# The NSR collapse rule's quantity: the last logged training reward over the first.
+_last_over_first_reward = _reward_ratio(_last("reward"))
+
+
 def _lora_final_reward(record: dict) -> float | None:
     from .lora_init_study import final_reward
 
@@ -441,7 +445,7 @@ PAGES = {
             ),
         ),
         "NSR",
-        columns=(Column("last / first reward (collapse below 0.5)", _reward_ratio(_last("reward")), 3),),
+        columns=(Column("last / first reward (collapse below 0.5)", _last_over_first_reward, 3),),
         extra_blocks=clipped_ratio_block,
         page_blocks=clip_calibration_block,
     ),
@@ -669,7 +673,7 @@ def pass_at_k_table(study, page: Page, records: list[dict]) -> str:
                 (
                     f"{key} (end)",
                     lambda runs, key=key: _mean_sd(
-                        [end_probe(r).get(f"boundary/{key}") for r in runs if end_probe(r) is not None]
+                        [p.get(f"boundary/{key}") for r in runs if (p := end_probe(r)) is not None]
                     ),
                 )
             )

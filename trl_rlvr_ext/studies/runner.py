@@ -279,16 +279,25 @@ def updates_made(result: dict) -> int:
     return int(max_steps - (skipped[-1] if skipped else 0))
 
 
+def _steps_per_generation(result: dict) -> int:
+    return (result.get("grpo_config") or {}).get("steps_per_generation", result["sizes"]["steps_per_generation"])
+
+
+def generation_batches(result: dict) -> float:
+    """The generation batches a run's steps cover: its ``max_steps`` (the run's own, else the study's) over
+    ``steps_per_generation``."""
+    max_steps = (result.get("grpo_config") or {}).get("max_steps", result["sizes"]["max_steps"])
+    return max_steps / _steps_per_generation(result)
+
+
 def prompts_trained(result: dict) -> float:
     """The prompts a run trained on, summed over its generation batches: each logging window's mean of
     ``curation/kept_prompts`` (logged once per scored batch, 0 for a batch dropped whole) times the batches the window
     holds (its steps over ``steps_per_generation``); a run without curation trains on every prompt of every batch."""
-    config = result.get("grpo_config") or {}
-    per_generation = config.get("steps_per_generation", result["sizes"]["steps_per_generation"])
+    per_generation = _steps_per_generation(result)
     kept = train_log_series(result, "curation/kept_prompts")
     if not kept:
-        max_steps = config.get("max_steps", result["sizes"]["max_steps"])
-        return float(result["sizes"]["num_prompts"] * max_steps / per_generation)
+        return float(result["sizes"]["num_prompts"] * generation_batches(result))
     total, previous = 0.0, 0
     for step, value in kept:
         total += value * (step - previous) / per_generation
@@ -673,7 +682,7 @@ def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
             cells = [arm_name, ",".join(str(r["seed"]) for r in runs)]
             cells += [_mean_sd([r["pass_at_k"].get(str(k)) for r in runs]) for k in shown]
             for key in ("interference_frac", "winner_take_all") if has_boundary else ():
-                ends = [end_probe(r).get(f"boundary/{key}") for r in runs if end_probe(r) is not None]
+                ends = [p.get(f"boundary/{key}") for r in runs if (p := end_probe(r)) is not None]
                 cells.append(_mean_sd(ends) if ends else "-")
             cells += [_mean_sd([c.value(r) for r in runs], c.digits) for c in study.columns]
             cells += [_mean_sd([r[key] for r in runs], digits=0) for key in ("train_seconds", "wall_seconds")]

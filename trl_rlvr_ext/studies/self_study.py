@@ -11,9 +11,7 @@ from every batch, so it trains on fewer prompts even where it makes every update
 With ``quick``, every task starts from the randomly initialised tiny model instead (a smoke run).
 """
 
-import statistics
-
-from .runner import Arm, Column, Study, StudyTask, prompts_trained, updates_made
+from .runner import Arm, Column, Study, StudyTask, generation_batches, prompts_trained, updates_made
 from .verdicts import Claim
 
 
@@ -218,12 +216,12 @@ def _toy9_base(quick: bool) -> str:
 
 
 def _kept_prompts(result: dict) -> float | None:
-    """Prompts trained on per generation batch: the mean of ``curation/kept_prompts`` over the logs of a curation
-    arm, every prompt of the batch for an arm without curation, nothing for an untrained arm."""
+    """Prompts trained on per generation batch: `prompts_trained` over the run's generation batches (for a curation
+    arm the mean of ``curation/kept_prompts`` over its batches, every prompt of the batch for an arm without
+    curation), nothing for an untrained arm."""
     if not result.get("train_log"):
         return None
-    kept = [e["curation/kept_prompts"] for e in result["train_log"] if "curation/kept_prompts" in e]
-    return statistics.fmean(kept) if kept else float(result["sizes"]["num_prompts"])
+    return prompts_trained(result) / generation_batches(result)
 
 
 def _gym_base(preset: str):

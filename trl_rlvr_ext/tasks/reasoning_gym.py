@@ -234,8 +234,8 @@ def _check_compact(name: str, tasks: tuple[str, ...], settings: dict) -> None:
     missing = [task for task in tasks if task not in COMPACT_QUESTIONS]
     if missing:
         raise ValueError(
-            f"compact=true in {name!r}: the tasks {missing} have no compact renderer (only {sorted(COMPACT_QUESTIONS)} "
-            "do). Drop compact, or use strip_template=true to shorten their questions."
+            f"compact=true in {name!r}: the tasks {missing} have no compact renderer (only "
+            f"{sorted(COMPACT_QUESTIONS)} do). Drop compact, or use strip_template=true to shorten their questions."
         )
     if settings["strip_template"]:
         raise ValueError(
