@@ -89,21 +89,23 @@ def make_report_parser() -> argparse.ArgumentParser:
 
 
 def export_main(argv: list[str]) -> int:
-    """``trl-rlvr-ext study export <name> <out_dir> <records.jsonl>``: a study's finished runs as its JSONL records."""
+    """``trl-rlvr-ext study export <name> <out_dir> [<out_dir> ...] <records.jsonl>``: a study's finished runs as its
+    JSONL records."""
     from ..studies import STUDIES, get_study
     from ..studies.records import export_records
 
     parser = argparse.ArgumentParser(
         prog="trl-rlvr-ext study export",
-        description="Write every finished run (<task>/<arm>/seed<k>/result.json) under a study's --out_dir to a JSONL "
-        "records file (replaced), one run per line, ordered by task, the study's arm order and seed. The evidence "
-        "pages render from these files (trl-rlvr-ext study report).",
+        description="Write every finished run (<task>/<arm>/seed<k>/result.json) under a study's --out_dir (or several: "
+        "one per setting whose runs share task, arm and seed) to a JSONL records file (replaced), one run per line, "
+        "ordered by task, the study's arm order, seed and setting. The evidence pages render from these files "
+        "(trl-rlvr-ext study report).",
     )
     parser.add_argument("name", choices=sorted(STUDIES), help="The study (for its arm order).")
-    parser.add_argument("out_dir", help="The study's output folder.")
+    parser.add_argument("out_dirs", nargs="+", metavar="out_dir", help="The study's output folder(s).")
     parser.add_argument("records", help="The JSONL file to write, e.g. docs/evidence/data/nsr/updates16.jsonl.")
     args = parser.parse_args(argv)
-    count = export_records(args.out_dir, args.records, arm_order=list(get_study(args.name).arms))
+    count = export_records(args.out_dirs, args.records, arm_order=list(get_study(args.name).arms))
     print(f"{count} records: {args.records}")
     return 0
 

@@ -238,6 +238,22 @@ def get_gym_base_model_path(cache_dir: str | os.PathLike | None = None, progress
     return build_cached(final, build)
 
 
+def pass_rate_spread(num_correct, num_samples) -> dict[str, float]:
+    """The spread of per-problem pass rates ``c / n`` (``n`` a number, or one per problem): the share of problems never solved (``"never"``), solved by
+    more than 10 % and fewer than 90 % of the samples (``"mid"``: the problems on which GRPO's groups of a few
+    completions mostly hold both rewards, what a base is warm-started for), and always solved (``"always"``)."""
+    import numpy as np
+
+    rates = np.asarray(num_correct, dtype=float) / num_samples
+    if rates.ndim != 1 or rates.size == 0:
+        raise ValueError(f"num_correct must be a non-empty list of per-problem counts, got shape {rates.shape}.")
+    return {
+        "never": float(np.mean(rates == 0)),
+        "mid": float(np.mean((rates > 0.1) & (rates < 0.9))),
+        "always": float(np.mean(rates == 1)),
+    }
+
+
 def chance_rates(train_answers, test_answers) -> list[float]:
     """Per held-out problem, the chance that one draw from the train answer distribution is its gold answer."""
     counts: dict[str, int] = {}
@@ -283,15 +299,15 @@ def describe_base(
         seed=seed,
         progress=False,
     )
-    rates = result.num_correct / result.num_samples
+    spread = pass_rate_spread(result.num_correct, result.num_samples)
     chance = np.array(chance_rates(splits["train"]["answer"], test["answer"]))
     return {
         "pass_at_k": result.pass_at_k,
         "chance_pass_at_k": {k: float(np.mean(1 - (1 - chance) ** k)) for k in result.pass_at_k},
-        "frac_rate_0": float(np.mean(rates == 0)),
-        "frac_rate_between_0.1_0.9": float(np.mean((rates > 0.1) & (rates < 0.9))),
-        "frac_rate_1": float(np.mean(rates == 1)),
-        "num_problems": len(rates),
+        "frac_rate_0": spread["never"],
+        "frac_rate_between_0.1_0.9": spread["mid"],
+        "frac_rate_1": spread["always"],
+        "num_problems": len(result.num_correct),
         "num_samples": num_samples,
     }
 

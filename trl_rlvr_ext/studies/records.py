@@ -29,15 +29,19 @@ def collect_results(out_dir: str | Path) -> list[dict]:
     return [json.loads(path.read_text()) for path in paths]
 
 
-def export_records(out_dir: str | Path, path: str | Path, arm_order: list[str] | None = None) -> int:
-    """Write the finished runs of ``out_dir`` to the JSONL file ``path`` (replaced); returns the number of records.
-    ``arm_order`` (the study's arms) orders the arms within a task; arms it does not name come after, by name."""
-    results = collect_results(out_dir)
+def export_records(
+    out_dir: str | Path | list[str | Path], path: str | Path, arm_order: list[str] | None = None
+) -> int:
+    """Write the finished runs of ``out_dir`` (or of several, e.g. one per setting whose runs share task, arm and seed)
+    to the JSONL file ``path`` (replaced); returns the number of records. ``arm_order`` (the study's arms) orders the
+    arms within a task; arms it does not name come after, by name; then seeds, then settings."""
+    out_dirs = out_dir if isinstance(out_dir, list) else [out_dir]
+    results = [result for folder in out_dirs for result in collect_results(folder)]
     quick = sorted({f"{r['task']}/{r['arm']}/seed{r['seed']}" for r in results if r.get("quick")})
     if quick:
         raise ValueError(f"{len(quick)} quick (smoke) runs under {str(out_dir)!r}, e.g. {quick[0]}: not records.")
     rank = {arm: i for i, arm in enumerate(arm_order or [])}
-    results.sort(key=lambda r: (r["task"], rank.get(r["arm"], len(rank)), r["arm"], r["seed"]))
+    results.sort(key=lambda r: (r["task"], rank.get(r["arm"], len(rank)), r["arm"], r["seed"], r.get("setting") or ""))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r, separators=(",", ":"), default=float) + "\n" for r in results)

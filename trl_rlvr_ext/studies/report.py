@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from ..evaluation.pass_at_k import pass_at_k
+from .gym_bases import pass_rate_spread
 from .records import end_probe, read_records_text
 from .runner import Column, _mean_sd
 from .verdicts import Claim, Judgement, judge
@@ -236,6 +237,66 @@ def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[di
     return {"mechanisms": table, "mechanism_units": unit_table}
 
 
+BASE_STEPS_RECORDS = "docs/evidence/data/base_steps.jsonl"
+
+
+def base_steps_block(page: "Page", settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
+    """The SELF page's calibration of the reasoning-gym bases' warm-start steps (`base_steps`): per task, each
+    candidate's base on the validation problems (the spread of pass rates the rule reads) and the rule's choice, or
+    the run it asks for next; before any run, the declared commands."""
+    from . import base_steps
+
+    path = root / BASE_STEPS_RECORDS
+    if not path.exists():
+        commands = "\n".join(f"- `{command}`" for command in base_steps.COMMANDS)
+        return {"base_steps": f"Declared, not run yet:\n\n{commands}"}
+    records = load_records(path)
+    header = [
+        "warm-start steps",
+        "validation pass@1",
+        f"pass@{base_steps.SAMPLES}",
+        "never solved",
+        "solved by 10-90 % of samples (the rule)",
+        "always solved",
+        "wall s",
+    ]
+    lines = []
+    for task in base_steps.STEPS_IN_USE:
+        calibration = base_steps.choose(records, task)
+        runs = base_steps.calibration_runs(records, task)
+        lines += [f"**{task}** (steps in use: {base_steps.STEPS_IN_USE[task]}):", "", _row(header)]
+        lines.append("|" + "---|" * len(header))
+        for steps, record in sorted(runs.items()):
+            spread = pass_rate_spread(record["num_correct"], record["num_samples"])
+            cells = [
+                f"**{steps}**" if steps == calibration.chosen else str(steps),
+                f"{record['pass_at_k']['1']:.3f}",
+                f"{record['pass_at_k'][str(base_steps.SAMPLES)]:.3f}",
+                f"{spread['never']:.2f}",
+                f"{spread['mid']:.2f}",
+                f"{spread['always']:.2f}",
+                f"{record['wall_seconds']:.0f}",
+            ]
+            lines.append(_row(cells))
+        if calibration.chosen is not None:
+            lines += ["", f"The rule's choice: **{calibration.chosen}** steps."]
+        else:
+            lines += ["", f"Not chosen yet: the rule asks for {calibration.next_run} steps next "]
+            lines[-1] += f"(`{base_steps.command(task, calibration.next_run)}`)."
+        lines.append("")
+    lines += ["Commands:", ""]
+    lines += [f"- `{r['command']}` ({r['wall_seconds']:.0f} s)" for r in records]
+    return {"base_steps": "\n".join(lines)}
+
+
+def self_page_blocks(page: "Page", settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
+    """The SELF page's own blocks: the mechanisms by prediction and the bases' warm-start calibration."""
+    return {
+        **mechanism_prediction_block(page, settings_records, root),
+        **base_steps_block(page, settings_records, root),
+    }
+
+
 CLIP_CALIBRATION_RECORDS = "docs/evidence/data/nsr/clip_calibration.jsonl.gz"
 
 
@@ -407,7 +468,7 @@ PAGES = {
         ),
         "SELF",
         extra_blocks=mechanism_blocks,
-        page_blocks=mechanism_prediction_block,
+        page_blocks=self_page_blocks,
     ),
     "nsr": Page(
         "nsr",

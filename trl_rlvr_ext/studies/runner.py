@@ -14,6 +14,7 @@ noise.
 """
 
 import dataclasses
+import inspect
 import json
 import math
 import os
@@ -143,6 +144,11 @@ class Setting:
     # how a base arm (loaded fresh) is evaluated, so every arm of a design is measured at one precision. The record
     # says which (``evaluated_precision``).
     evaluate_precision: str = "trainer"
+    # Warm-start settings of the task's base that this setting overrides (e.g. ``{"num_steps": 200, "seed": 100}``):
+    # every arm starts from the base built with them, for a setting that chooses how a base is warm-started (the
+    # ``self`` study's ``base_steps<N>`` calibration). Only a task whose base the package warm-starts takes them
+    # (`StudyTask.base_model` with keyword arguments); the record keeps them (``base_overrides``).
+    base: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         unknown = sorted(set(self.sizes) - {f.name for f in dataclasses.fields(StudySizes)})
@@ -354,10 +360,26 @@ class RunInputs(NamedTuple):
     base_path: str
 
 
-def load_run_inputs(task: StudyTask, sizes: StudySizes, quick: bool, evaluate_on: str = "test") -> RunInputs:
+def base_model_path(task: StudyTask, quick: bool, base: dict | None = None) -> str:
+    """The path of ``task``'s base model; ``base`` (`Setting.base`) overrides its warm-start settings, which only a
+    task whose ``base_model`` takes keyword arguments accepts."""
+    if not base:
+        return task.base_model(quick)
+    accepts = inspect.signature(task.base_model).parameters.values()
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepts):
+        raise ValueError(
+            f"The setting overrides the base's warm start ({base}), but task {task.name!r} builds no base whose warm "
+            "start can change (its base_model takes no settings): run the setting on a reasoning-gym preset task."
+        )
+    return task.base_model(quick, **base)
+
+
+def load_run_inputs(
+    task: StudyTask, sizes: StudySizes, quick: bool, evaluate_on: str = "test", base: dict | None = None
+) -> RunInputs:
     """The run's inputs. With ``evaluate_on="validation"`` (`Setting.evaluate_on`) ``test`` and ``probe_rows`` are
     the validation problems (`validation_split`, ``eval_problems`` of them), so that nothing the run measures is a
-    test problem."""
+    test problem. ``base`` overrides the base's warm-start settings (`Setting.base`, `base_model_path`)."""
     from datasets import Dataset
 
     from ..data import load_named_dataset
@@ -376,7 +398,7 @@ def load_run_inputs(task: StudyTask, sizes: StudySizes, quick: bool, evaluate_on
         test=test,
         probe_rows=probe_rows,
         reward=get_reward_func(task.reward),
-        base_path=task.base_model(quick),
+        base_path=base_model_path(task, quick, base),
     )
 
 
@@ -464,7 +486,8 @@ def run_one(
     start = time.perf_counter()
     evaluate_on = study.get_setting(setting).evaluate_on if setting is not None else "test"
     precision = study.get_setting(setting).evaluate_precision if setting is not None else "trainer"
-    splits, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick, evaluate_on)
+    base = study.get_setting(setting).base if setting is not None else {}
+    splits, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick, evaluate_on, base)
     model, tokenizer, boundary, log_history, config = base_path, None, [], [], None
     train_seconds = 0.0
     parameters, lora_init, budget = None, None, None
@@ -522,6 +545,8 @@ def run_one(
     }
     if precision != "trainer" and arm.train:
         extra["evaluated_precision"] = precision
+    if base:
+        extra["base_overrides"] = base
     if evaluate_on == "validation":  # the record's pass@k is not on the test problems: it says so
         extra["evaluated_on"] = {"name": "validation", **validation_split(splits, sizes, sizes.eval_problems)[1]}
     result = evaluate_and_record(
