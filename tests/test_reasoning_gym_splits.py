@@ -13,6 +13,7 @@ from trl_rlvr_ext.data import load_named_dataset
 pytest.importorskip("reasoning_gym", reason="needs the [gym] extra (installed by the dev extra)")
 
 from trl_rlvr_ext.tasks.reasoning_gym import (
+    near_duplicate_flags,
     near_duplicate_key,
     parse_name,
     split_composition,
@@ -73,6 +74,18 @@ def test_composition_counts_strata_and_the_near_duplicates_left_in():
     markdown = split_composition_markdown(CHAIN, eval_problems=25)
     assert "| stratum | train (300) | held out (40) | evaluated (25) |" in markdown
     assert f"{composition['eval_near_duplicates']} are a reordering of a train problem" in markdown
+
+
+def test_near_duplicate_flags_mark_the_reorderings_of_a_train_problem_by_row():
+    splits = load_named_dataset(CHAIN)
+    train, test = _entries(splits["train"]), _entries(splits["test"])
+    train_keys = {_multiset(e) for e in train}
+    flags = near_duplicate_flags(CHAIN, 5, 30)
+    assert flags == [_multiset(e) in train_keys for e in test[5:30]] and any(flags) and not all(flags)
+    assert sum(near_duplicate_flags(CHAIN, 0, 25)) == split_composition(CHAIN, 25)["eval_near_duplicates"]
+    assert not any(near_duplicate_flags(CHAIN + "&dedup=near", 0, 40))
+    with pytest.raises(ValueError, match="it has 40 held-out problems"):
+        near_duplicate_flags(CHAIN, 30, 41)
 
 
 def test_near_dedup_drops_reorderings_of_train_and_held_out_problems():

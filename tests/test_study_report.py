@@ -13,8 +13,11 @@ from trl_rlvr_ext.studies import get_study
 from trl_rlvr_ext.studies.report import (
     PAGES,
     TRIVIAL_RECORDS,
+    apply_requirements,
     fill,
+    group_verdict,
     judge_parts,
+    judged_problems,
     load_records,
     render_study,
     setting_records,
@@ -299,3 +302,56 @@ def test_the_seed_table_leaves_out_trivial_policies_beside_trained_runs():
     assert "| trivial_random_expression | 0.016 / 0.500 | 0.016 / 0.500 | 0.016 / 0.500 |" in seeds_table(
         page, trivial
     )
+
+
+def test_a_boundary_claim_counts_only_where_its_prerequisite_is_reproduced(tmp_path):
+    """Claim 1a (GRPO lowers pass@256) requires claim 0 (the base above the trivial policy at pass@256) on the same
+    task: on a task where the trivial policy reaches the base, its part is shown, with its interval, and not counted."""
+    study = get_study("self")
+    setting = PAGES["self"].settings[0]
+    sizes = setting.match
+    records = []
+    for task, trivial_correct in (("toy", 0), ("chain_sum", 1)):
+        # the base solves 40 of 50 problems in some sample, GRPO loses 10 of them (a shrink of 0.2 at pass@256)
+        records += [_record("base", s, [8] * 40 + [0] * 10, task=task, num_samples=256, sizes=sizes) for s in range(3)]
+        records += [_record("grpo", s, [8] * 30 + [0] * 20, task=task, num_samples=256, sizes=sizes) for s in range(3)]
+        # a trivial policy that never solves (toy: claim 0 reproduced) or solves every problem at large k
+        records.append(_record("trivial_x", 0, [trivial_correct] * 50, task=task, num_samples=256))
+    _write(tmp_path, setting.records[0], [r for r in records if not r["arm"].startswith("trivial")])
+    _write(tmp_path, TRIVIAL_RECORDS, [r for r in records if r["arm"].startswith("trivial")])
+    parts = apply_requirements(judge_parts("self", study, setting, setting_records(study, setting, tmp_path)))
+    shrink = {p.task: p for p in parts if p.claim.name.startswith("1a.")}
+    prerequisite = {p.task: p.judgement.verdict for p in parts if p.claim.name.startswith("0.")}
+    assert prerequisite == {"toy": "reproduced", "chain_sum": "not reproduced"}
+    assert shrink["toy"].excluded == "" and shrink["chain_sum"].excluded == "claim 0 not reproduced on"
+    assert {p.judgement.verdict for p in shrink.values()} == {"reproduced"}  # both judged, one counted
+    assert group_verdict(list(shrink.values())) == "**reproduced**"
+    assert group_verdict([shrink["chain_sum"]]) == "**no test** (claim 0 not reproduced on chain_sum)"
+    # claims without a requirement are untouched
+    assert all(not p.excluded for p in parts if not p.claim.requires)
+
+
+def test_comparisons_leave_out_the_near_duplicates_of_train_problems(tmp_path, monkeypatch):
+    """`judged_problems` keeps the held-out problems that are not a reordering of a train problem; the pairing then
+    judges only those (a difference confined to the near duplicates disappears), and the claims table says so."""
+    from trl_rlvr_ext.studies import report
+
+    flags = (True, False) * 10
+    monkeypatch.setattr(report, "_near_duplicate_flags", lambda dataset, start, stop: flags[start:stop])
+    monkeypatch.setattr(report, "splits_block", lambda settings_records: "")  # no real dataset behind the name
+    dataset = "reasoning_gym:x"
+    records = [
+        _record(arm, s, counts, sizes=NSR_SIZES, dataset=dataset)
+        for s in range(3)
+        for arm, counts in (("none", [4] * 20), ("nsr", [8, 4] * 10))  # nsr better only on the near duplicates
+    ]
+    assert judged_problems(records, "toy").tolist() == [not f for f in flags]
+    # another task, records of other problems, or a non-reasoning-gym dataset: nothing is left out
+    assert judged_problems(records, "other") is None
+    assert judged_problems([{**r, "dataset": "toy:arithmetic"} for r in records], "toy") is None
+    _write(tmp_path, PAGES["nsr"].settings[0].records[0], records)
+    for other in PAGES["nsr"].settings[1:]:
+        _write(tmp_path, other.records[0], [])
+    blocks, (part,) = render_study("nsr", tmp_path)
+    assert part.judgement.num_problems == 10 and part.near_duplicates == 10 and part.judgement.effect == 0
+    assert "left out: toy 10" in blocks["nsr:claims"] and "| toy, lr3e-4 (3 × 10) |" in blocks["nsr:claims"]

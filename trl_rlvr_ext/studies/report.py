@@ -794,6 +794,10 @@ class Part:
     baseline: str
     judgement: Judgement | None
     not_judged: str = ""
+    near_duplicates: int = 0  # evaluated problems left out: reorderings of a train problem (`judged_problems`)
+    # why the part does not count towards its claim's verdict, completed by its task ("claim 0 not reproduced on"
+    # <task>: `Claim.requires` unmet there); empty: it counts
+    excluded: str = ""
 
     @property
     def exploratory(self) -> str:
@@ -801,20 +805,53 @@ class Part:
         return self.claim.exploratory or self.setting.exploratory
 
 
-def _values(records: list[dict], task: str, arm: str, k: int) -> dict[int, np.ndarray] | str:
+def _values(
+    records: list[dict], task: str, arm: str, k: int, keep: np.ndarray | None = None
+) -> dict[int, np.ndarray] | str:
+    """Per seed, each problem's pass@k of ``arm`` on ``task`` (only the problems ``keep`` marks, where given and the
+    run measured them all)."""
     runs = [r for r in records if r["task"] == task and r["arm"] == arm]
     if not runs:
         return "no run"
     if any(r["num_samples"] < k for r in runs):
         return f"{arm} drew fewer than {k} samples per problem"
-    return {r["seed"]: per_problem(r, k) for r in runs}
+    values = {r["seed"]: per_problem(r, k) for r in runs}
+    if keep is None:
+        return values
+    return {seed: v[keep] if v.shape == keep.shape else v for seed, v in values.items()}
 
 
-def _strongest_trivial(records: list[dict], task: str, k: int) -> list[str]:
-    """The trivial policy of ``task`` with the highest mean pass@k (the strongest null; ``[]`` without one)."""
+@functools.cache
+def _near_duplicate_flags(dataset: str, start: int, stop: int) -> tuple[bool, ...]:
+    from ..tasks.reasoning_gym import near_duplicate_flags
+
+    return tuple(near_duplicate_flags(dataset, start, stop))
+
+
+def judged_problems(records: list[dict], task: str) -> np.ndarray | None:
+    """Which of ``task``'s evaluated problems a comparison judges: every one but the reorderings of a train problem
+    (`trl_rlvr_ext.tasks.reasoning_gym.near_duplicate_flags`; on chain_sum the same multiset of signed terms, on
+    number_sorting the same numbers), which the base was warm-started on in another order. ``None`` where nothing is
+    left out: a task whose records are not of a ``reasoning_gym:`` dataset (the toy's split already keeps a problem
+    and its commuted twin together), or whose records measured different problems (the pairing refuses those)."""
+    measured = {
+        (r["dataset"], evaluation_rows(r))
+        for r in records
+        if r["task"] == task and str(r.get("dataset", "")).startswith("reasoning_gym:")
+    }
+    if len(measured) != 1:
+        return None
+    ((dataset, (start, stop)),) = measured
+    keep = ~np.array(_near_duplicate_flags(dataset, start, stop))
+    return None if keep.all() else keep
+
+
+def _strongest_trivial(records: list[dict], task: str, k: int, keep: np.ndarray | None = None) -> list[str]:
+    """The trivial policy of ``task`` with the highest mean pass@k on the judged problems (the strongest null; ``[]``
+    without one)."""
     scores = {}
     for arm in sorted({r["arm"] for r in records if r["task"] == task and r["arm"].startswith(TRIVIAL_PREFIX)}):
-        values = _values(records, task, arm, k)
+        values = _values(records, task, arm, k, keep)
         if not isinstance(values, str):
             scores[arm] = float(np.mean([v.mean() for v in values.values()]))
     return [max(scores, key=scores.get)] if scores else []
@@ -825,15 +862,17 @@ def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict
     restrict it). A baseline ``"trivial*"`` is the task's strongest trivial policy at the claim's k; a trivial-policy
     baseline with one record is paired with every seed of the arm (it does not train)."""
     parts = []
+    keeps = {task: judged_problems(records, task) for task in _tasks(study, records)}
     for claim in study.claims:
         if claim.settings and setting.name not in claim.settings:
             continue
         for task in _tasks(study, records):
             if claim.tasks and task not in claim.tasks:
                 continue
-            arm = _values(records, task, claim.arm, claim.k)
+            keep = keeps[task]
+            arm = _values(records, task, claim.arm, claim.k, keep)
             if claim.baseline == f"{TRIVIAL_PREFIX}*":
-                baselines = _strongest_trivial(records, task, claim.k)
+                baselines = _strongest_trivial(records, task, claim.k, keep)
                 if not baselines:
                     if arm != "no run":
                         parts.append(
@@ -843,7 +882,7 @@ def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict
             else:
                 baselines = [claim.baseline]
             for baseline in baselines:
-                base = _values(records, task, baseline, claim.k)
+                base = _values(records, task, baseline, claim.k, keep)
                 if arm == "no run" or base == "no run":
                     continue  # the claim does not apply here
                 if isinstance(arm, str) or isinstance(base, str):
@@ -861,8 +900,26 @@ def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict
                     parts.append(Part(study_name, claim, setting, task, baseline, None, "different problems"))
                     continue
                 judgement = judge(claim, arm, base, num_resamples=NUM_RESAMPLES, seed=BOOTSTRAP_SEED)
-                parts.append(Part(study_name, claim, setting, task, baseline, judgement))
+                dropped = 0 if keep is None else int((~keep).sum())
+                parts.append(Part(study_name, claim, setting, task, baseline, judgement, near_duplicates=dropped))
     return parts
+
+
+def apply_requirements(parts: list[Part]) -> list[Part]:
+    """Each part of a claim that ``requires`` another (`Claim.requires`) counts only on a task where a part of the
+    required claim was judged **reproduced** (in any setting of the page); elsewhere it stays on the page, with its
+    interval, as ``excluded``, and its claim's verdict does not read it."""
+    reproduced: dict[str, set[str]] = {}
+    for p in parts:
+        if p.judgement is not None and p.judgement.verdict == "reproduced":
+            reproduced.setdefault(p.claim.name, set()).add(p.task)
+    gated = []
+    for p in parts:
+        required = p.claim.requires
+        if required and p.task not in reproduced.get(required, set()):
+            p = dataclasses.replace(p, excluded=f"claim {required.split(' ', 1)[0].rstrip('.')} not reproduced on")
+        gated.append(p)
+    return gated
 
 
 def _signed(value: float) -> str:
@@ -904,7 +961,7 @@ def claims_table(parts: list[Part]) -> str:
                 ),
                 f"{j.minimum_detectable_effect:.3f}",
                 exclude,
-                f"**{j.verdict}**",
+                f"**{j.verdict}**" + (f" (not counted: {p.excluded} {p.task})" if p.excluded else ""),
             ]
         rows.append(cells)
     lines = _table(header, rows)
@@ -915,13 +972,27 @@ def claims_table(parts: list[Part]) -> str:
             "positive effect means it is lower). 'stated': a smallest effect of interest, where the paper gives none."
         ),
     ]
+    dropped = {p.task: p.near_duplicates for p in parts if p.near_duplicates}
+    if dropped:
+        counts = ", ".join(f"{task} {n}" for task, n in dropped.items())
+        lines += [
+            "",
+            (
+                "Held-out problems that are a reordering of a train problem (near duplicates: the same multiset of "
+                "signed terms or of numbers, `trl_rlvr_ext.tasks.reasoning_gym.near_duplicate_key`) are left out of "
+                f"every comparison, so the problems column counts the rest; left out: {counts} (see Held-out "
+                "composition). The Pass@k tables above average over every evaluated problem."
+            ),
+        ]
     notes = {}
     for p in parts:
         notes.setdefault(p.claim.name, p.claim)
     lines += ["", "Where each effect to exclude comes from:", ""]
     for claim in notes.values():
         lines.append(
-            f"- *{claim.name}*: {claim.reason}." + (f" Exploratory, {claim.exploratory}." if claim.exploratory else "")
+            f"- *{claim.name}*: {claim.reason}."
+            + (f" Exploratory, {claim.exploratory}." if claim.exploratory else "")
+            + (f" Counted only on a task where *{claim.requires}* is reproduced." if claim.requires else "")
         )
     for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory}.values():
         lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory, {setting.exploratory}.")
@@ -964,9 +1035,15 @@ def group_verdict(parts: list[Part]) -> str:
     """A claim's verdict from its parts: the one verdict they share, or "mixed" with the count of each. Parts set after
     looking (exploratory) do not count towards it; they get their own, labelled, after it. A claim with only
     exploratory parts gets their verdict, labelled exploratory."""
-    registered = [p for p in parts if not p.exploratory]
-    exploratory = [p for p in parts if p.exploratory]
+    counted = [p for p in parts if not p.excluded]
+    registered = [p for p in counted if not p.exploratory]
+    exploratory = [p for p in counted if p.exploratory]
     labels = ", ".join(dict.fromkeys(exploratory_label(p.exploratory) for p in exploratory))
+    if not counted:
+        reasons: dict[str, list[str]] = {}
+        for p in parts:
+            reasons.setdefault(p.excluded, []).append(p.task)
+        return "**no test** (" + "; ".join(f"{r} {', '.join(dict.fromkeys(t))}" for r, t in reasons.items()) + ")"
     if not registered:
         return f"**{_combined(exploratory)}**, exploratory ({labels})"
     verdict = f"**{_combined(registered)}**"
@@ -980,7 +1057,8 @@ def _part_summary(p: Part, with_arms: bool) -> str:
     if p.judgement is None:
         return f"{where}: not judged ({p.not_judged})"
     j = p.judgement
-    return f"{where}: {_signed(j.effect)} {_interval(j)}, MDE {j.minimum_detectable_effect:.3f}, {j.verdict}"
+    summary = f"{where}: {_signed(j.effect)} {_interval(j)}, MDE {j.minimum_detectable_effect:.3f}, {j.verdict}"
+    return summary + (f" (not counted: {p.excluded} {p.task})" if p.excluded else "")
 
 
 def index_table(parts_by_study: dict[str, list[Part]]) -> str:
@@ -1066,6 +1144,7 @@ def render_study(name: str, root: Path) -> tuple[dict[str, str], list[Part]]:
                 for suffix, text in page.extra_blocks(page, setting, task, rows).items():
                     blocks[f"{prefix}:{suffix}"] = text
         parts += judge_parts(name, study, setting, records)
+    parts = apply_requirements(parts)
     if page.page_blocks is not None:
         for suffix, text in page.page_blocks(page, all_records, root).items():
             blocks[f"{name}:{suffix}"] = text

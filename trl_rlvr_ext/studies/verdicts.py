@@ -53,7 +53,9 @@ class Claim:
     ``tasks`` / ``settings`` restrict the claim to some of the study's tasks and settings (empty: every one where both
     arms ran); ``part_of`` names the claim this one is a part of (a claim with parts is "mixed" when its parts'
     verdicts differ); ``exploratory`` says why the comparison was set after looking at the data, as a short label, ": "
-    and the details (empty: pre-declared).
+    and the details (empty: pre-declared); ``requires`` names a claim that must be reproduced on a task for this
+    claim's part there to count (a boundary claim needs a task whose trivial policy stays below the base): elsewhere
+    the part is shown, not counted.
     A ``baseline`` of ``"trivial*"`` stands for the task's strongest trivial-policy baseline at the claim's k (the arm
     named ``trivial...`` with the highest mean).
     """
@@ -70,6 +72,7 @@ class Claim:
     settings: tuple[str, ...] = ()
     part_of: str = ""
     exploratory: str = ""
+    requires: str = ""
 
     def __post_init__(self):
         if self.direction not in (1, -1):

@@ -497,6 +497,26 @@ def make_reasoning_gym_datasets(name_or_spec: "str | ReasoningGymSpec"):
     )
 
 
+def _train_answers_by_key(drawn: SplitDraw, spec: ReasoningGymSpec) -> dict[tuple, set]:
+    """The train problems' answers by `near_duplicate_key`: which held-out problems reorder a train problem."""
+    answers: dict[tuple, set] = {}
+    for entry in drawn.train:
+        answers.setdefault(near_duplicate_key(entry, _entry_task(entry, spec)), set()).add(str(entry["answer"]))
+    return answers
+
+
+def near_duplicate_flags(name: str, start: int, stop: int) -> list[bool]:
+    """Per held-out row ``start <= i < stop`` of the ``reasoning_gym:`` name, whether it is a reordering of a train
+    problem (`near_duplicate_key`): a problem the model was warm-started on under another order, which a comparison
+    of held-out results leaves out (the studies' pages, `trl_rlvr_ext.studies.report`)."""
+    spec = parse_name(name)
+    drawn = draw_splits(spec)
+    if not 0 <= start < stop <= len(drawn.test):
+        raise ValueError(f"Held-out rows [{start}, {stop}) of {name}: it has {len(drawn.test)} held-out problems.")
+    train_keys = _train_answers_by_key(drawn, spec)
+    return [near_duplicate_key(e, _entry_task(e, spec)) in train_keys for e in drawn.test[start:stop]]
+
+
 def split_composition(name: str, eval_problems: int | None = None) -> dict:
     """What the splits of the ``reasoning_gym:`` name hold, for a page or a test.
 
@@ -517,9 +537,7 @@ def split_composition(name: str, eval_problems: int | None = None) -> dict:
         for entry in entries:
             label = stratum_label(problem_stratum(entry, _entry_task(entry, spec)))
             strata.setdefault(label, {"train": 0, "test": 0, "eval": 0})[split] += 1
-    train_answers: dict[tuple, set] = {}
-    for entry in drawn.train:
-        train_answers.setdefault(near_duplicate_key(entry, _entry_task(entry, spec)), set()).add(str(entry["answer"]))
+    train_answers = _train_answers_by_key(drawn, spec)
     near = [train_answers.get(near_duplicate_key(e, _entry_task(e, spec))) for e in evaluated]
     return {
         "dataset": name,
@@ -585,6 +603,7 @@ __all__ = [
     "draw_splits",
     "load_reasoning_gym",
     "make_reasoning_gym_datasets",
+    "near_duplicate_flags",
     "near_duplicate_key",
     "parse_name",
     "problem_stratum",
