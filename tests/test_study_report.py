@@ -346,6 +346,9 @@ def test_comparisons_leave_out_the_near_duplicates_of_train_problems(tmp_path, m
         for arm, counts in (("none", [4] * 20), ("nsr", [8, 4] * 10))  # nsr better only on the near duplicates
     ]
     assert judged_problems(records, "toy").tolist() == [not f for f in flags]
+    # the blocks that read the counts themselves get them cut the same way; the records stay as they are
+    cut = report.judged_records(records)
+    assert cut[1]["num_correct"] == [4] * 10 and records[1]["num_correct"] == [8, 4] * 10
     # another task, records of other problems, or a non-reasoning-gym dataset: nothing is left out
     assert judged_problems(records, "other") is None
     assert judged_problems([{**r, "dataset": "toy:arithmetic"} for r in records], "toy") is None

@@ -185,7 +185,8 @@ def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[
         (
             "Lost: solved by the same-seed base at least once in its samples, never by the arm; gained: the reverse. "
             "The net per problem is the pass@n difference (n the samples per problem); its interval is the rule's. No "
-            "verdict: the paper's boundary claim is judged on pass@256 in the claims table."
+            "verdict: the paper's boundary claim is judged on pass@256 in the claims table. As in every comparison, "
+            "the held-out problems that reorder a train problem are left out."
         ),
     ]
     return {"boundary": "\n".join(lines)}
@@ -198,6 +199,7 @@ def mechanism_blocks(page: "Page", setting: PageSetting, task: str, records: lis
     from . import get_study
     from .mechanisms import quintile_table_markdown
 
+    records = judged_records(records)
     blocks = boundary_block(page, setting, task, records)
     study = get_study(page.study)
     bases = [r for r in records if r["arm"] == "base"]
@@ -214,7 +216,9 @@ def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[di
 
     units = []
     for setting in page.settings:
-        records = [r for r in settings_records[setting.name] if not r["arm"].startswith(TRIVIAL_PREFIX)]
+        records = judged_records(
+            [r for r in settings_records[setting.name] if not r["arm"].startswith(TRIVIAL_PREFIX)]
+        )
         units += units_from_records(records, [(setting.name, dict(setting.match))])
     metrics = ("winner_take_all", "interference_frac", "probe_winner_take_all")
     table = prediction_table_markdown([prediction(units, metric) for metric in metrics])
@@ -855,6 +859,19 @@ def _strongest_trivial(records: list[dict], task: str, k: int, keep: np.ndarray 
         if not isinstance(values, str):
             scores[arm] = float(np.mean([v.mean() for v in values.values()]))
     return [max(scores, key=scores.get)] if scores else []
+
+
+def judged_records(records: list[dict]) -> list[dict]:
+    """``records`` with each one's per-problem counts cut to its task's judged problems (`judged_problems`), for the
+    blocks that read the counts themselves (the boundary per problem, the mechanisms); the records are not changed."""
+    keeps = {task: judged_problems(records, task) for task in {r["task"] for r in records}}
+    cut = []
+    for r in records:
+        keep = keeps[r["task"]]
+        if keep is not None and len(r["num_correct"]) == keep.size:
+            r = {**r, "num_correct": np.asarray(r["num_correct"])[keep].tolist()}
+        cut.append(r)
+    return cut
 
 
 def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict]) -> list[Part]:
