@@ -358,3 +358,14 @@ def test_comparisons_leave_out_the_near_duplicates_of_train_problems(tmp_path, m
     blocks, (part,) = render_study("nsr", tmp_path)
     assert part.judgement.num_problems == 10 and part.near_duplicates == 10 and part.judgement.effect == 0
     assert "left out: toy 10" in blocks["nsr:claims"] and "| toy, lr3e-4 (3 × 10) |" in blocks["nsr:claims"]
+
+
+def test_a_setting_can_be_exploratory_on_some_tasks_only():
+    """NSR's lr 3e-4 regime was chosen on chain_sum's and number_sorting's runs: exploratory there, counted elsewhere."""
+    from trl_rlvr_ext.studies.report import Part
+
+    setting = next(s for s in PAGES["nsr"].settings if s.name == "lr3e-4")
+    claim = get_study("nsr").claims[0]
+    reasons = {task: Part("nsr", claim, setting, task, "none", None).exploratory for task in ("toy", "chain_sum")}
+    assert reasons["toy"] == "" and reasons["chain_sum"].startswith("chosen after looking: ")
+    assert set(setting.exploratory_tasks) == {"chain_sum", "number_sorting"}
