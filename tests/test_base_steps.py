@@ -191,3 +191,61 @@ def test_the_calibration_block_renders_the_candidates_and_the_rules_choice(tmp_p
     # the mixture has one of its three first candidates: the rule asks for the first missing one
     assert f"the rule asks for 500 steps next (`{base_steps.command('mixture', 500)}`)" in block
     assert "- `cmd base_steps800` (61 s)" in block
+
+
+def test_the_chosen_steps_are_the_rules_choice_on_the_committed_records():
+    from pathlib import Path
+
+    from trl_rlvr_ext.studies.report import BASE_STEPS_RECORDS, load_records
+
+    records = load_records(Path(__file__).parent.parent / BASE_STEPS_RECORDS)
+    for task in base_steps.STEPS_IN_USE:
+        calibration = base_steps.choose(records, task)
+        assert calibration.chosen == base_steps.CHOSEN[task] and calibration.next_run is None
+    # every record ran its declared command on the validation problems, with the calibration seed
+    declared = {base_steps.command(r["task"], int(r["setting"][len("base_steps") :])) for r in records}
+    assert {r["command"].rsplit(" --out_dir", 1)[0] for r in records} == {
+        c.rsplit(" --out_dir", 1)[0] for c in declared
+    }
+    assert all(r["evaluated_on"]["rows"] == [100, 200] and r["seed"] == base_steps.SEED for r in records)
+    assert base_steps.VALIDATED_TASKS == ("number_sorting",)
+
+
+def test_the_bases_in_use_are_named_by_their_digest_and_the_unvalidated_one_is_marked():
+    from trl_rlvr_ext.studies.gym_bases import GymWarmStartSettings
+
+    for task, digest in base_steps.DIGEST_IN_USE.items():
+        preset = base_steps.PRESET_OF[task]
+        assert GymWarmStartSettings(dataset=preset, num_steps=base_steps.STEPS_IN_USE[task]).digest() == digest
+    reason = base_steps.unvalidated_reason("/cache/reasoning_gym/" + base_steps.DIGEST_IN_USE["number_sorting"])
+    assert reason.startswith("base chosen on the test set: number_sorting's base was warm-started 400 steps")
+    assert base_steps.unvalidated_reason("/cache/reasoning_gym/" + base_steps.DIGEST_IN_USE["chain_sum"]) == ""
+    assert base_steps.unvalidated_reason(None) == "" and base_steps.unvalidated_reason("toy:base") == ""
+
+
+def test_the_validated_settings_run_only_their_task_on_the_chosen_base(tmp_path):
+    from trl_rlvr_ext.studies import get_study, is_dpo_study, runner, self_study
+
+    name = base_steps.validated_setting("number_sorting")
+    for study_name in ("self", "is_dpo"):
+        setting = get_study(study_name).settings[name]
+        assert setting.base == {"num_steps": 800} and setting.tasks == ("number_sorting",)
+    assert get_study("is_dpo").settings[name].dense_every == is_dpo_study.SETTINGS["dense"].dense_every
+    assert get_study("self").default_sizes(False, name).max_steps == 100
+    command = (
+        f"trl-rlvr-ext study self --setting {name} --tasks number_sorting --arms base,grpo --seeds 20,21,22,23,24"
+    )
+    assert self_study.VALIDATED_COMMANDS == (f"{command} --out_dir <dir>",)
+    with pytest.raises(ValueError, match="is declared for task\\(s\\) \\['number_sorting'\\] only"):
+        runner.run_study(get_study("self"), tmp_path, tasks=["chain_sum"], arms=["base"], seeds=[0], setting=name)
+
+
+def test_the_preference_data_of_another_base_have_their_own_key(monkeypatch):
+    from trl_rlvr_ext.studies import get_study, is_dpo_study
+
+    monkeypatch.setattr(
+        "trl_rlvr_ext.studies.gym_bases.get_gym_base_model_path", lambda **s: f"bases/{s['num_steps']}"
+    )
+    task, sizes = get_study("is_dpo").tasks["number_sorting"], is_dpo_study.IS_DPO_SIZES
+    assert is_dpo_study._data_settings(task, sizes, False)["base_model"] == "bases/400"
+    assert is_dpo_study._data_settings(task, sizes, False, {"num_steps": 800})["base_model"] == "bases/800"

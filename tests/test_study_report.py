@@ -369,3 +369,29 @@ def test_a_setting_can_be_exploratory_on_some_tasks_only():
     reasons = {task: Part("nsr", claim, setting, task, "none", None).exploratory for task in ("toy", "chain_sum")}
     assert reasons["toy"] == "" and reasons["chain_sum"].startswith("chosen after looking: ")
     assert set(setting.exploratory_tasks) == {"chain_sum", "number_sorting"}
+
+
+def test_comparisons_that_read_a_base_chosen_on_the_test_set_are_exploratory(tmp_path):
+    """number_sorting's base in use was chosen on the test problems (the base-steps calibration chooses other steps):
+    a part that reads that base's own results (GRPO against the base) is exploratory; a part between two trained arms
+    on it is not; the same claim on another base counts."""
+    from trl_rlvr_ext.studies.base_steps import DIGEST_IN_USE
+
+    study = get_study("self")
+    setting = PAGES["self"].settings[0]
+    sizes = setting.match
+    records = []
+    for task in ("number_sorting", "chain_sum"):
+        base_model = f"/cache/reasoning_gym/{DIGEST_IN_USE[task]}"
+        for arm, counts in (("base", [2] * 30), ("grpo", [6] * 30), ("pass_rate", [6] * 30)):
+            records += [
+                _record(arm, s, counts, task=task, num_samples=8, sizes=sizes, base_model=base_model) for s in range(3)
+            ]
+    _write(tmp_path, setting.records[0], records)
+    parts = judge_parts("self", study, setting, setting_records(study, setting, tmp_path))
+    by = {(p.claim.arm, p.baseline, p.task): p for p in parts}
+    assert by["grpo", "base", "number_sorting"].exploratory.startswith("base chosen on the test set: number_sorting")
+    assert by["pass_rate", "grpo", "number_sorting"].exploratory == ""
+    assert by["grpo", "base", "chain_sum"].exploratory == ""
+    table = render_study("self", tmp_path)[0]["self:claims"]
+    assert "On number_sorting the comparisons that read the base's own test results are exploratory" in table

@@ -18,8 +18,14 @@ its runs:
   goes to fewer steps. A best candidate at an edge of the grid run so far asks for its next ladder step beyond that
   edge (`next_run`), until the best is inside the grid. Only the records decide; the test problems are never read.
 
-`choose` reads the committed records (``docs/evidence/data/base_steps.jsonl``); a test holds the studies' steps to its
-choice, and the SELF page renders the calibration (`trl_rlvr_ext.studies.report`).
+`choose` reads the committed records (``docs/evidence/data/base_steps.jsonl``); a test holds `CHOSEN` to its choice,
+and the SELF page renders the calibration (`trl_rlvr_ext.studies.report`).
+
+What the choice means for the records made before it: a base whose steps in use are not the rule's choice was chosen
+on the test problems (`unvalidated_reason`). The choice read the base's own pass rates only, so it can bias the
+comparisons that read the base's test results (the base arm against a trained arm or a trivial policy); a comparison
+between two arms trained from the same base never entered it. The report marks the former exploratory; the designs on
+the base the rule chose confirm them (`validated_setting`).
 """
 
 import dataclasses
@@ -32,6 +38,11 @@ from .runner import Setting
 # countdown's 1000 steps were fixed before any build and countdown_compact's 3000 on its own train problems; the toy's
 # bases follow the toy's designed misconception (docs/toy.md): none of them read a test problem.
 STEPS_IN_USE = {"chain_sum": 400, "number_sorting": 400, "mixture": 1000}
+# Their presets (`trl_rlvr_ext.studies.gym_bases.PRESETS`) and the cache names of the bases in use (warm-start seed 0):
+# the records name their base by this digest (a test holds it to the settings, so that a change of the reasoning-gym
+# version, which changes every digest, fails loudly instead of unmarking the records).
+PRESET_OF = {"chain_sum": "chain_sum", "number_sorting": "number_sorting", "mixture": "chain_sum+number_sorting"}
+DIGEST_IN_USE = {"chain_sum": "4f40804cf128e431", "number_sorting": "3e2dc41395ce1b74", "mixture": "07d98083081e597e"}
 SEED = 100  # the warm-start seed and (as 1000 + SEED) the sampling seed of every calibration run; never reported
 SAMPLES = 64  # samples per validation problem: a pass rate within about ±0.06 (one sd) at 0.1 and 0.9
 PREFIX = "base_steps"
@@ -141,3 +152,36 @@ def choose(records: list[dict], task: str) -> Calibration:
             if steps[beyond] not in runs:
                 return Calibration(task, spreads, None, steps[beyond])
     return Calibration(task, spreads, best, None)
+
+
+# The rule's choice on the committed records (docs/evidence/data/base_steps.jsonl; a test holds the two equal). On
+# chain_sum and the mixture it is the steps in use; number_sorting's base in use (400 steps, seed 0) is not the choice:
+# at 400 steps the calibration's seed barely solves a validation problem, so the seed-0 base in use sits past a sharp
+# transition that the warm-start seed moves.
+CHOSEN = {"chain_sum": 400, "number_sorting": 800, "mixture": 1000}
+# The tasks whose base in use is not the rule's choice: the studies declare a setting per task
+# (`validated_setting`) that reruns a design on the base the rule chose, before its runs.
+VALIDATED_TASKS = tuple(task for task in STEPS_IN_USE if CHOSEN[task] != STEPS_IN_USE[task])
+
+
+def validated_setting(task: str) -> str:
+    """The name of the settings that run ``task`` on the base the rule chose."""
+    return f"validated_{task}"
+
+
+def validated_base(task: str) -> dict:
+    """The warm-start settings (`trl_rlvr_ext.studies.runner.Setting.base`) of ``task``'s base at the rule's choice."""
+    return {"num_steps": CHOSEN[task]}
+
+
+def unvalidated_reason(base_model: str | None) -> str:
+    """Why a record's base was chosen on the test problems ("base chosen on the test set: ..."), from its path's
+    digest; empty for any other base (one the rule chose, the toy's, a calibration base)."""
+    digest = str(base_model or "").rstrip("/").rsplit("/", 1)[-1]
+    for task, in_use in DIGEST_IN_USE.items():
+        if digest == in_use and CHOSEN[task] != STEPS_IN_USE[task]:
+            return (
+                f"base chosen on the test set: {task}'s base was warm-started {STEPS_IN_USE[task]} steps, picked on "
+                f"the test problems' pass rates; the calibration on validation problems chooses {CHOSEN[task]}"
+            )
+    return ""

@@ -818,11 +818,19 @@ class Part:
     # why the part does not count towards its claim's verdict, completed by its task ("claim 0 not reproduced on"
     # <task>: `Claim.requires` unmet there); empty: it counts
     excluded: str = ""
+    # why the base this part compares against was chosen after looking at the test problems (`base_reason`), else empty
+    base_exploratory: str = ""
 
     @property
     def exploratory(self) -> str:
-        """Why this part was set after looking at the data (the claim's or the setting's reason), else empty."""
-        return self.claim.exploratory or self.setting.exploratory or self.setting.exploratory_tasks.get(self.task, "")
+        """Why this part was set after looking at the data (the claim's, the setting's or its base's reason), else
+        empty."""
+        return (
+            self.claim.exploratory
+            or self.setting.exploratory
+            or self.setting.exploratory_tasks.get(self.task, "")
+            or self.base_exploratory
+        )
 
 
 def _values(
@@ -896,6 +904,7 @@ def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict
     baseline with one record is paired with every seed of the arm (it does not train)."""
     parts = []
     keeps = {task: judged_problems(records, task) for task in _tasks(study, records)}
+    bases = {task: base_reason(records, task) for task in _tasks(study, records)}
     for claim in study.claims:
         if claim.settings and setting.name not in claim.settings:
             continue
@@ -934,8 +943,20 @@ def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict
                     continue
                 judgement = judge(claim, arm, base, num_resamples=NUM_RESAMPLES, seed=BOOTSTRAP_SEED)
                 dropped = 0 if keep is None else int((~keep).sum())
-                parts.append(Part(study_name, claim, setting, task, baseline, judgement, near_duplicates=dropped))
+                # only a comparison that reads the base's own test results can be biased by how the base was chosen
+                reads_base = _is_untrained(study, claim.arm) or _is_untrained(study, baseline)
+                part = Part(study_name, claim, setting, task, baseline, judgement, near_duplicates=dropped)
+                parts.append(dataclasses.replace(part, base_exploratory=bases[task] if reads_base else ""))
     return parts
+
+
+def base_reason(records: list[dict], task: str) -> str:
+    """Why ``task``'s base in these records was chosen on the test problems (`base_steps.unvalidated_reason`), else
+    empty."""
+    from .base_steps import unvalidated_reason
+
+    reasons = sorted({unvalidated_reason(r.get("base_model")) for r in records if r["task"] == task} - {""})
+    return reasons[0] if reasons else ""
 
 
 def apply_requirements(parts: list[Part]) -> list[Part]:
@@ -1032,6 +1053,12 @@ def claims_table(parts: list[Part]) -> str:
     for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory_tasks}.values():
         for task, reason in setting.exploratory_tasks.items():
             lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory on {task}, {reason}.")
+    for reason, tasks in _group_tasks((p.base_exploratory, p.task) for p in parts if p.base_exploratory).items():
+        lines.append(
+            f"- On {', '.join(tasks)} the comparisons that read the base's own test results are exploratory, {reason} "
+            "(the base's choice read only its own pass rates: comparisons between two trained arms never entered "
+            "it, and count)."
+        )
     lines += [
         "",
         (
@@ -1048,6 +1075,15 @@ def claims_table(parts: list[Part]) -> str:
         ),
     ]
     return "\n".join(lines)
+
+
+def _group_tasks(pairs) -> dict[str, list[str]]:
+    """``(reason, task)`` pairs as reason -> its tasks, in order of first appearance."""
+    grouped: dict[str, list[str]] = {}
+    for reason, task in pairs:
+        if task not in grouped.setdefault(reason, []):
+            grouped[reason].append(task)
+    return grouped
 
 
 def claim_group(claim: Claim) -> str:

@@ -149,6 +149,9 @@ class Setting:
     # ``self`` study's ``base_steps<N>`` calibration). Only a task whose base the package warm-starts takes them
     # (`StudyTask.base_model` with keyword arguments); the record keeps them (``base_overrides``).
     base: dict = dataclasses.field(default_factory=dict)
+    # The tasks the setting is declared for (empty: every task): a setting whose ``base`` is one task's (its
+    # calibrated warm start) must not run on another.
+    tasks: tuple[str, ...] = ()
 
     def __post_init__(self):
         unknown = sorted(set(self.sizes) - {f.name for f in dataclasses.fields(StudySizes)})
@@ -868,6 +871,12 @@ def run_study(
         unknown = sorted(set(chosen or []) - set(known))
         if unknown:
             raise ValueError(f"Unknown {kind}(s) {unknown} for study {study.name!r}: choose from {sorted(known)}.")
+    declared_tasks = study.get_setting(setting).tasks if setting is not None else ()
+    if declared_tasks and set(tasks or study.tasks) - set(declared_tasks):
+        raise ValueError(
+            f"Setting {setting!r} is declared for task(s) {list(declared_tasks)} only: add --tasks "
+            f"{','.join(declared_tasks)}."
+        )
     order = list(arms or study.default_arms(setting))
     for name in order:
         declared = study.arms[name].settings
