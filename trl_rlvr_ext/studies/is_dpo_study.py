@@ -404,7 +404,7 @@ SETTINGS = {
 # the 400 in use, which were picked on the test problems). Claim 1a reads the base's own test results (DPO against the
 # base), so on the base in use it is exploratory; this setting judges claims 1a and 1b again, declared before its runs,
 # on fresh seeds, with the dense design unchanged but the base (and the preference data, which are that base's own
-# samples). Claims comparing two trained arms (2-5) never entered the base's choice and are not rerun.
+# samples). Claims comparing two trained arms (2-5) never entered the base's choice.
 SETTINGS.update(
     {
         base_steps.validated_setting(task): dataclasses.replace(
@@ -419,10 +419,15 @@ SETTINGS.update(
 )
 VALIDATED_SEEDS = (20, 21, 22, 23, 24)
 VALIDATED_ARMS = ("base", "dpo_b0.01", "dpo_b0.1")
+# Added (declared after the runs above had started, before any of these ran): IS-DPO at both β on the same seeds and
+# folder, so that claim 2 (IS-DPO above DPO after the same steps) is judged on a base that no choice of this study ever
+# looked at: the learning rate (3e-5) was picked on the base in use's test problems, and this base was not seen then.
+VALIDATED_IS_ARMS = ("isdpo_b0.01", "isdpo_b0.1")
 VALIDATED_COMMANDS = tuple(
     f"trl-rlvr-ext study is_dpo --setting {base_steps.validated_setting(task)} --tasks {task} --arms "
-    f"{','.join(VALIDATED_ARMS)} --seeds {','.join(map(str, VALIDATED_SEEDS))} --out_dir <dir>"
+    f"{','.join(arms)} --seeds {','.join(map(str, VALIDATED_SEEDS))} --out_dir <dir>"
     for task in base_steps.VALIDATED_TASKS
+    for arms in (VALIDATED_ARMS, VALIDATED_IS_ARMS)
 )
 
 
