@@ -73,3 +73,18 @@ def test_refusals_name_the_fix(tmp_path, monkeypatch):
         main(["study", "is_dpo", "--quick", "--tasks", NAME, "--out_dir", out])
     with pytest.raises(ValueError, match="--reward and --base_model are for a dataset name"):
         main(["study", "self", "--quick", "--tasks", "toy", "--reward", "toy_accuracy", "--out_dir", out])
+
+
+def test_the_clis_own_example_of_a_users_task_draws_its_splits():
+    """The dataset name `trl-rlvr-ext study --help` and the module's usage give as the example of a study on one's own
+    task loads (an earlier example, count_bits with max_n=63, had too few distinct problems for the default splits)."""
+    import re
+
+    from trl_rlvr_ext.data import load_named_dataset
+    from trl_rlvr_ext.scripts import study
+
+    examples = set(re.findall(r"'(reasoning_gym:[^']+)'", (study.__doc__ or "") + study.make_parser().format_help()))
+    assert examples
+    for name in examples:
+        splits = load_named_dataset(name)
+        assert splits["train"].num_rows > 0 and splits["test"].num_rows > 0

@@ -2,7 +2,7 @@
 
     trl-rlvr-ext study self --tasks toy --seeds 0,1,2 --out_dir outputs/studies/self
     trl-rlvr-ext study self --quick --tasks toy        # a smoke run in seconds; its numbers mean nothing
-    trl-rlvr-ext study self --tasks 'reasoning_gym:count_bits?max_n=63'   # a study on your own task
+    trl-rlvr-ext study self --tasks 'reasoning_gym:count_bits?max_n=100000'   # a study on your own task
     trl-rlvr-ext study report self [--check]           # render docs/evidence/self.md from its records
     trl-rlvr-ext study export nsr outputs/studies/nsr docs/evidence/data/nsr/lr3e-4.jsonl.gz   # runs -> records
 
@@ -33,7 +33,7 @@ def make_parser() -> argparse.ArgumentParser:
         "--tasks",
         default=None,
         help="Comma-separated tasks (default: all of the study's); an entry may be a dataset name instead, e.g. "
-        "'reasoning_gym:count_bits?max_n=63' (a base is warm-started for it; see trl_rlvr_ext.studies.user_tasks).",
+        "'reasoning_gym:count_bits?max_n=100000' (a base is warm-started for it; see trl_rlvr_ext.studies.user_tasks).",
     )
     parser.add_argument("--reward", default=None, help="The reward of the dataset names in --tasks (if not implied).")
     parser.add_argument("--base_model", default=None, help="The base model of the dataset names in --tasks.")
