@@ -163,7 +163,8 @@ MATCHED_KL_CLAIMS = [
         metric=metric,
         smallest_effect=0.02,
         reason=_GOLD_POINTS,
-        settings=_DENSE,
+        # the dense design on number_sorting's chosen base too (declared with its IS-DPO arms, before they ran)
+        settings=_DENSE + tuple(base_steps.validated_setting(task) for task in base_steps.VALIDATED_TASKS),
     )
     for arm, baseline in (
         ("isdpo_b0.01", "dpo_b0.01"),
