@@ -395,3 +395,31 @@ def test_comparisons_that_read_a_base_chosen_on_the_test_set_are_exploratory(tmp
     assert by["grpo", "base", "chain_sum"].exploratory == ""
     table = render_study("self", tmp_path)[0]["self:claims"]
     assert "On number_sorting the comparisons that read the base's own test results are exploratory" in table
+
+
+def test_trivial_policies_pair_with_the_arms_seeds_in_order_and_requirements_read_the_parts_own_setting():
+    """A trivial policy's seeds only resample its guesses: base seeds 20-22 pair with its seeds 0-2. A setting on
+    another base judges claim 0 itself, and its boundary parts read that verdict, not another setting's."""
+    from trl_rlvr_ext.studies.report import Part
+    from trl_rlvr_ext.studies.verdicts import Judgement
+
+    study = get_study("self")
+    main, other = PAGES["self"].settings[0], PAGES["self"].settings[-1]
+    assert other.name == "validated_number_sorting"
+    records = [_record("base", s, [8] * 50, num_samples=256, sizes=main.match) for s in (20, 21, 22)]
+    records += [_record("trivial_x", s, [0] * 50, num_samples=256) for s in (0, 1, 2)]
+    parts = judge_parts("self", study, other, records)
+    (claim0,) = [p for p in parts if p.claim.baseline == "trivial*"]
+    assert claim0.judgement.num_seeds == 3 and claim0.judgement.verdict == "reproduced"
+
+    def part(claim, setting, verdict):
+        judgement = Judgement(claim, 0.1, 0.05, 0.15, 0.01, 3, 50, verdict)
+        return Part("self", claim, setting, "number_sorting", claim.baseline, judgement)
+
+    zero, shrink = study.claims[0], study.claims[1]
+    assert shrink.requires == zero.name
+    gated = apply_requirements(
+        [part(zero, main, "not reproduced"), part(zero, other, "reproduced"), part(shrink, main, "reproduced")]
+        + [part(shrink, other, "reproduced")]
+    )
+    assert [p.excluded for p in gated[2:]] == ["claim 0 not reproduced on", ""]

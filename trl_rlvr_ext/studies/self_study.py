@@ -39,7 +39,8 @@ CLAIMS = [
         smallest_effect=0.05,
         reason="a boundary claim is only meaningful where a policy without reasoning stays well below the base at "
         "large k; 5 points is taken as the least margin",
-        settings=("main",),  # neither arm trains: the provocation setting shows the same runs
+        # neither arm trains: the provocation setting shows the same runs; a setting on another base judges it anew
+        settings=("main", *(base_steps.validated_setting(task) for task in base_steps.VALIDATED_TASKS)),
     ),
     Claim(
         "1a. GRPO lowers pass@256 below the base",
