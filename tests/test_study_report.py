@@ -66,6 +66,14 @@ def _record(arm, seed, num_correct, task="toy", num_samples=8, sizes=None, **ext
     }
 
 
+def _write_others_empty(root: Path, study: str) -> None:
+    """An empty records file for every setting of ``study``'s page that a synthetic test did not write."""
+    for setting in PAGES[study].settings:
+        for path in setting.records:
+            if not (root / path).exists():
+                _write(root, path, [])
+
+
 def _write(root: Path, path: str, records: list[dict]) -> None:
     (root / path).parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r) + "\n" for r in records)
@@ -124,6 +132,7 @@ def test_trivial_baselines_are_rows_and_a_baseline_and_their_absence_is_handled(
     records = [_record("base", s, [8] * 40 + [0] * 10, num_samples=256, sizes=sizes) for s in range(3)]
     records += [_record("grpo", s, [8] * 40 + [0] * 10, num_samples=256, sizes=sizes) for s in range(3)]
     _write(tmp_path, setting.records[0], records)
+    _write_others_empty(tmp_path, "self")
 
     parts = judge_parts("self", study, setting, setting_records(study, setting, tmp_path))
     (trivial,) = [p for p in parts if p.claim.baseline == "trivial*"]
@@ -393,6 +402,7 @@ def test_comparisons_that_read_a_base_chosen_on_the_test_set_are_exploratory(tmp
     assert by["grpo", "base", "number_sorting"].exploratory.startswith("base chosen on the test set: number_sorting")
     assert by["pass_rate", "grpo", "number_sorting"].exploratory == ""
     assert by["grpo", "base", "chain_sum"].exploratory == ""
+    _write_others_empty(tmp_path, "self")
     table = render_study("self", tmp_path)[0]["self:claims"]
     assert "On number_sorting the comparisons that read the base's own test results are exploratory" in table
 
