@@ -166,3 +166,25 @@ def test_cli_writes_the_records_of_each_evaluation_set(tmp_path):
     ]
     assert all(r["evaluates"]["studies"] == ["self"] and len(r["num_correct"]) == 3 for r in written)
     assert written[0]["command"].startswith("trl-rlvr-ext baselines --records ")
+
+
+def test_runs_measured_on_the_validation_problems_make_no_evaluation_set():
+    """The baselines are graded on the first test problems: a sweep's or a calibration's runs, measured on the
+    validation problems, must not ask for baselines (they would be graded on problems those runs never saw)."""
+
+    def record(study, evaluated_on=None):
+        r = {
+            "study": study,
+            "task": "number_sorting",
+            "dataset": "reasoning_gym:x",
+            "reward": "reasoning_gym",
+            "sizes": {"eval_problems": 2},
+            "num_samples": 32,
+            "num_correct": [1, 2],
+        }
+        return {**r, "evaluated_on": evaluated_on} if evaluated_on else r
+
+    validation = {"name": "validation", "split": "test", "rows": [100, 102], "problems": 2}
+    assert baselines.study_evaluation_sets([record("lora_init", validation)]) == []
+    (only,) = baselines.study_evaluation_sets([record("lora_init", validation), record("self")])
+    assert only["studies"] == ["self"] and only["num_samples"] == 32

@@ -366,7 +366,7 @@ def test_comparisons_leave_out_the_near_duplicates_of_train_problems(tmp_path, m
         _write(tmp_path, other.records[0], [])
     blocks, (part,) = render_study("nsr", tmp_path)
     assert part.judgement.num_problems == 10 and part.near_duplicates == 10 and part.judgement.effect == 0
-    assert "left out: toy 10" in blocks["nsr:claims"] and "| toy, lr3e-4 (3 × 10) |" in blocks["nsr:claims"]
+    assert "left out: toy 10" in blocks["nsr:claims"] and "| toy, `lr3e-4` (3 × 10) |" in blocks["nsr:claims"]
 
 
 def test_a_setting_can_be_exploratory_on_some_tasks_only():
@@ -433,3 +433,10 @@ def test_trivial_policies_pair_with_the_arms_seeds_in_order_and_requirements_rea
         + [part(shrink, other, "reproduced")]
     )
     assert [p.excluded for p in gated[2:]] == ["claim 0 not reproduced on", ""]
+
+
+def test_seed_ranges_by_hand():
+    from trl_rlvr_ext.studies.report import seed_ranges
+
+    assert seed_ranges([4, 0, 1, 2, 3, 7]) == "0-4,7"
+    assert seed_ranges([20, 21]) == "20,21" and seed_ranges([0, 2, 3, 4]) == "0,2-4" and seed_ranges([]) == ""

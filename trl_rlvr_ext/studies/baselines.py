@@ -376,11 +376,15 @@ def baseline_records(
 
 def study_evaluation_sets(records: list[dict], studies=None) -> list[dict]:
     """The distinct evaluation sets of study records: ``{task, dataset, reward, eval_problems, num_samples,
-    studies}``, one per (task, dataset, eval_problems, num_samples), in order of appearance; quick runs are left out.
-    Each record's ``num_correct`` must have ``sizes.eval_problems`` entries (else the record is not what it says)."""
+    studies}``, one per (task, dataset, eval_problems, num_samples), in order of appearance; quick runs are left out,
+    and so are runs measured on the validation problems (``evaluated_on``: a sweep's or a calibration's), since the
+    baselines are graded on the first test problems, which those runs never saw. Each record's ``num_correct`` must have
+    ``sizes.eval_problems`` entries (else the record is not what it says)."""
     sets: dict[tuple, dict] = {}
     for record in records:
         if record.get("quick") or (studies is not None and record["study"] not in studies):
+            continue
+        if (record.get("evaluated_on") or {}).get("name") == "validation":
             continue
         eval_problems = record["sizes"]["eval_problems"]
         if len(record["num_correct"]) != eval_problems:

@@ -212,6 +212,17 @@ def mechanism_blocks(page: "Page", setting: PageSetting, task: str, records: lis
     return blocks
 
 
+def seed_ranges(seeds) -> str:
+    """Seeds as runs of consecutive numbers: ``[0, 1, 2, 3, 4, 7]`` -> ``"0-4,7"`` (a narrow table cell)."""
+    runs: list[list[int]] = []
+    for seed in sorted(seeds):
+        if runs and seed == runs[-1][-1] + 1:
+            runs[-1].append(seed)
+        else:
+            runs.append([seed])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
+
+
 def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
     """The SELF page's test of the mechanisms by prediction: over every (task, setting, trained arm) unit with at
     least 2 seeds, does more of a mechanism metric go with a lower pass@n change? (`mechanisms.prediction`)."""
@@ -231,7 +242,7 @@ def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[di
                 u["task"],
                 u["setting"],
                 u["arm"],
-                ",".join(map(str, u["seeds"])),
+                seed_ranges(u["seeds"]),
                 f"{u['winner_take_all']:+.3f}",
                 "n/a" if np.isnan(u["interference_frac"]) else f"{u['interference_frac']:.3f}",
                 f"{u['shrink']:+.3f}",
@@ -1020,7 +1031,8 @@ def claims_table(parts: list[Part]) -> str:
         c, j = p.claim, p.judgement
         exclude = f"{c.threshold:.3f} ({'paper' if c.paper_effect is not None else 'stated'})"
         name = c.name + (f" *(exploratory: {exploratory_label(p.exploratory)})*" if p.exploratory else "")
-        where = f"{p.task}, {p.setting.name}" + (f" ({j.num_seeds} × {j.num_problems})" if j else "")
+        # the setting as code: a long name may then break inside its cell (docs/stylesheets/extra.css)
+        where = f"{p.task}, `{p.setting.name}`" + (f" ({j.num_seeds} × {j.num_problems})" if j else "")
         cells = [name, where, f"{c.arm} − {p.baseline}, {c.metric}"]
         if j is None:
             cells += ["-", "-", "-", exclude, f"not judged: {p.not_judged}"]
@@ -1033,7 +1045,7 @@ def claims_table(parts: list[Part]) -> str:
                 ),
                 f"{j.minimum_detectable_effect:.3f}",
                 exclude,
-                f"**{j.verdict}**" + (f" (not counted: {p.excluded} {p.task})" if p.excluded else ""),
+                f"**{j.verdict}**" + (f" (not counted: {p.excluded} this task)" if p.excluded else ""),
             ]
         rows.append(cells)
     lines = _table(header, rows)
