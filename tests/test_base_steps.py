@@ -249,3 +249,25 @@ def test_the_preference_data_of_another_base_have_their_own_key(monkeypatch):
     task, sizes = get_study("is_dpo").tasks["number_sorting"], is_dpo_study.IS_DPO_SIZES
     assert is_dpo_study._data_settings(task, sizes, False)["base_model"] == "bases/400"
     assert is_dpo_study._data_settings(task, sizes, False, {"num_steps": 800})["base_model"] == "bases/800"
+
+
+def test_the_chosen_base_records_ran_their_declared_commands_on_that_base():
+    from pathlib import Path
+
+    from trl_rlvr_ext.studies import is_dpo_study, self_study
+    from trl_rlvr_ext.studies.gym_bases import GymWarmStartSettings
+    from trl_rlvr_ext.studies.report import load_records
+
+    digest = GymWarmStartSettings(dataset="number_sorting", num_steps=base_steps.CHOSEN["number_sorting"]).digest()
+    data = Path(__file__).parent.parent / "docs/evidence/data"
+    for path, commands, runs in (
+        ("self_validated.jsonl", self_study.VALIDATED_COMMANDS, 10),
+        ("is_dpo_validated.jsonl", is_dpo_study.VALIDATED_COMMANDS, 25),
+    ):
+        records = load_records(data / path)
+        assert len(records) == runs
+        declared = {c.rsplit(" --out_dir", 1)[0] for c in commands}
+        assert {r["command"].rsplit(" --out_dir", 1)[0] for r in records} == declared
+        assert {r["base_model"].rsplit("/", 1)[-1] for r in records} == {digest}
+        assert {r["seed"] for r in records} == {20, 21, 22, 23, 24}
+        assert all(r["setting"] == "validated_number_sorting" for r in records)

@@ -566,6 +566,13 @@ PAGES = {
                 "dense early frontier, validation split, lr 3e-5, 120 steps",
                 ("docs/evidence/data/is_dpo_dense.jsonl",),
             ),
+            # the dense design on number_sorting's base at the base-steps calibration's choice (its base in use was
+            # chosen on the test problems), declared in is_dpo_study before its runs (fresh seeds 20-24)
+            PageSetting(
+                "validated_number_sorting",
+                "the dense design on number_sorting's base at the calibration's choice (800 warm-start steps)",
+                ("docs/evidence/data/is_dpo_validated.jsonl",),
+            ),
         ),
         "IS-DAA",
         columns=(
