@@ -862,8 +862,8 @@ class Part:
 def _values(
     records: list[dict], task: str, arm: str, k: int, keep: np.ndarray | None = None
 ) -> dict[int, np.ndarray] | str:
-    """Per seed, each problem's pass@k of ``arm`` on ``task`` (only the problems ``keep`` marks, where given and the
-    run measured them all)."""
+    """Per seed, each problem's pass@k of ``arm`` on ``task`` (only the problems ``keep`` marks, where given:
+    `judged_problems` gives a mask only where every record of the task measured the same problems)."""
     runs = [r for r in records if r["task"] == task and r["arm"] == arm]
     if not runs:
         return "no run"
@@ -872,7 +872,7 @@ def _values(
     values = {r["seed"]: per_problem(r, k) for r in runs}
     if keep is None:
         return values
-    return {seed: v[keep] if v.shape == keep.shape else v for seed, v in values.items()}
+    return {seed: v[keep] for seed, v in values.items()}
 
 
 @functools.cache
