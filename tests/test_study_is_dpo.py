@@ -324,3 +324,56 @@ def test_quick_dense_setting_end_to_end(tmp_path, monkeypatch):
         main(
             ["study", "is_dpo", "--quick", "--arms", "dpo_b0.01_es", "--seeds", "0", "--out_dir", str(tmp_path / "x")]
         )
+
+
+def _rate_record(rate, ratio, setting="rate_calibration", seed=100):
+    """A calibration record whose validation greedy accuracy at step 20 is ``ratio`` of the base's 0.8."""
+    frontier = [{"step": 0, "greedy_acc": 0.8}, {"step": 20, "greedy_acc": 0.8 * ratio}]
+    return {
+        "task": "number_sorting",
+        "arm": f"dpo_b0.01@{rate}",
+        "seed": seed,
+        "setting": setting,
+        "frontier": frontier,
+    }
+
+
+def test_the_rate_rule_takes_the_largest_rate_that_does_not_collapse_once_bracketed():
+    from trl_rlvr_ext.studies.is_dpo_study import RATE_COLLAPSE, RATE_GRID, RateCalibration, choose_rate
+
+    assert RATE_GRID == ("1e-5", "3e-5", "1e-4", "3e-4") and RATE_COLLAPSE == 0.5
+    assert choose_rate([], "rate_calibration") == RateCalibration("rate_calibration", {}, None, "1e-5")
+    grid = [_rate_record("1e-5", 1.0), _rate_record("3e-5", 0.9), _rate_record("1e-4", 0.4), _rate_record("3e-4", 0.0)]
+    calibration = choose_rate(grid, "rate_calibration")
+    assert (calibration.chosen, calibration.next_run) == ("3e-5", None)
+    assert calibration.ratios == pytest.approx({"1e-5": 1.0, "3e-5": 0.9, "1e-4": 0.4, "3e-4": 0.0})
+    # at the threshold a rate has not collapsed; a collapsed rate between stable ones does not stop the largest stable
+    edge = [_rate_record("1e-5", 1.0), _rate_record("3e-5", 0.2), _rate_record("1e-4", 0.5), _rate_record("3e-4", 0.1)]
+    assert choose_rate(edge, "rate_calibration").chosen == "1e-4"
+    # nothing collapses: the next larger rate runs; everything collapses: the next smaller
+    calm = [_rate_record(rate, 0.9) for rate in RATE_GRID]
+    assert choose_rate(calm, "rate_calibration").next_run == "1e-3"
+    wild = [_rate_record(rate, 0.1) for rate in RATE_GRID]
+    assert choose_rate(wild, "rate_calibration").next_run == "3e-6"
+    assert choose_rate(wild + [_rate_record("3e-6", 0.7)], "rate_calibration").chosen == "3e-6"
+    with pytest.raises(ValueError, match="extend RATE_LADDER"):
+        choose_rate(calm + [_rate_record("1e-3", 0.9)], "rate_calibration")
+    # other settings and seeds are not read; a repeated rate is refused
+    others = [_rate_record("1e-3", 0.0, setting="other"), _rate_record("1e-3", 0.0, seed=0)]
+    assert choose_rate(calm + others, "rate_calibration").next_run == "1e-3"
+    with pytest.raises(ValueError, match="Two calibration records"):
+        choose_rate(grid + [_rate_record("1e-5", 1.0)], "rate_calibration")
+
+
+def test_the_rate_calibration_runs_on_validation_problems_only_for_its_arms():
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.is_dpo_study import RATE_COMMANDS, RATE_SETTINGS
+
+    study = get_study("is_dpo")
+    assert set(RATE_SETTINGS) == {"rate_calibration", "rate_calibration_validated_number_sorting"}
+    for name, setting in RATE_SETTINGS.items():
+        assert setting.evaluate_on == "validation" and setting.validation_problems == 0
+        assert study.default_sizes(False, name).max_steps == 20 and study.settings[name] is setting
+    assert RATE_SETTINGS["rate_calibration_validated_number_sorting"].base == {"num_steps": 800}
+    assert study.arms["dpo_b0.01@3e-4"].config == {"beta": 0.01, "importance_sampling": False, "learning_rate": 3e-4}
+    assert "dpo_b0.01@3e-4" not in study.default_arms("dense") and len(RATE_COMMANDS) == 2
