@@ -377,3 +377,31 @@ def test_the_rate_calibration_runs_on_validation_problems_only_for_its_arms():
     assert RATE_SETTINGS["rate_calibration_validated_number_sorting"].base == {"num_steps": 800}
     assert study.arms["dpo_b0.01@3e-4"].config == {"beta": 0.01, "importance_sampling": False, "learning_rate": 3e-4}
     assert "dpo_b0.01@3e-4" not in study.default_arms("dense") and len(RATE_COMMANDS) == 2
+
+
+def test_the_chosen_rates_are_the_rules_choice_on_the_committed_records_and_their_design_is_declared():
+    from pathlib import Path
+
+    from trl_rlvr_ext.studies.is_dpo_study import (
+        CHOSEN_RATES,
+        CONFIRM_RATE_COMMANDS,
+        CONFIRM_RATE_SETTINGS,
+        MATCHED_KL_CLAIMS,
+        RATE_COMMANDS,
+        RATE_SETTINGS,
+        choose_rate,
+    )
+    from trl_rlvr_ext.studies.report import load_records
+
+    records = load_records(Path(__file__).parent.parent / "docs/evidence/data/is_dpo_rate_calibration.jsonl")
+    assert set(CHOSEN_RATES) == set(RATE_SETTINGS)
+    for setting, rate in CHOSEN_RATES.items():
+        assert choose_rate(records, setting).chosen == rate
+    assert all(r["evaluated_on"]["rows"] == [100, 200] and r["seed"] == 100 for r in records)
+    grid = {c.rsplit(" --out_dir", 1)[0] for c in RATE_COMMANDS}
+    assert {r["command"].rsplit(" --out_dir", 1)[0] for r in records} == grid  # no extension was needed
+    # the chosen base's rate differs from the 3e-5 its first design ran at: that design runs again at it
+    (name,) = CONFIRM_RATE_SETTINGS
+    assert name == "validated_number_sorting_lr1e-4" and CONFIRM_RATE_SETTINGS[name].sizes == {"learning_rate": 1e-4}
+    assert all(name in claim.settings for claim in MATCHED_KL_CLAIMS)
+    assert "--seeds 30,31,32,33,34 " in CONFIRM_RATE_COMMANDS[0]

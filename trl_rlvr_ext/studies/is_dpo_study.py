@@ -163,8 +163,11 @@ MATCHED_KL_CLAIMS = [
         metric=metric,
         smallest_effect=0.02,
         reason=_GOLD_POINTS,
-        # the dense design on number_sorting's chosen base too (declared with its IS-DPO arms, before they ran)
-        settings=_DENSE + tuple(base_steps.validated_setting(task) for task in base_steps.VALIDATED_TASKS),
+        # the dense design on number_sorting's chosen base too (declared with its IS-DPO arms, before they ran), and
+        # there at the rate chosen on that base (declared with its runs, before they ran)
+        settings=_DENSE
+        + tuple(base_steps.validated_setting(task) for task in base_steps.VALIDATED_TASKS)
+        + tuple(f"{base_steps.validated_setting(task)}_lr1e-4" for task in base_steps.VALIDATED_TASKS),
     )
     for arm, baseline in (
         ("isdpo_b0.01", "dpo_b0.01"),
@@ -529,6 +532,31 @@ def choose_rate(records: list[dict], setting: str) -> RateCalibration:
             raise ValueError(f"No rate of {setting} collapses, up to the ladder's end: extend RATE_LADDER.")
         return RateCalibration(setting, ratios, None, RATE_LADDER[above])
     return RateCalibration(setting, ratios, largest, None)
+
+
+# The rule's choice on the committed calibration records (docs/evidence/data/is_dpo_rate_calibration.jsonl; a test
+# holds the two equal). On the base in use it is the 3e-5 every design there ran, so the rate of the dense design is a
+# choice on validation problems; on number_sorting's chosen base it is 1e-4, so the design that ran there at 3e-5
+# (`VALIDATED_COMMANDS`) ran at a rate no choice on that base gives: its parts are exploratory, and the same design
+# runs again at the chosen rate, declared here before its runs, on fresh seeds (`CONFIRM_RATE_COMMANDS`).
+CHOSEN_RATES = {"rate_calibration": "3e-5", f"{RATE_PREFIX}_{base_steps.validated_setting('number_sorting')}": "1e-4"}
+CONFIRM_RATE_SEEDS = (30, 31, 32, 33, 34)
+CONFIRM_RATE_SETTINGS = {
+    f"{base_steps.validated_setting(task)}_lr{rate}": dataclasses.replace(
+        SETTINGS[base_steps.validated_setting(task)],
+        description=f"the dense design on {task}'s chosen base ({base_steps.CHOSEN[task]} warm-start steps) at the "
+        f"learning rate chosen on that base's validation problems ({rate})",
+        sizes={"learning_rate": float(rate)},
+    )
+    for task in base_steps.VALIDATED_TASKS
+    for rate in (CHOSEN_RATES[f"{RATE_PREFIX}_{base_steps.validated_setting(task)}"],)
+}
+SETTINGS.update(CONFIRM_RATE_SETTINGS)
+CONFIRM_RATE_COMMANDS = tuple(
+    f"trl-rlvr-ext study is_dpo --setting {name} --tasks {setting.tasks[0]} --arms "
+    f"{','.join((*VALIDATED_ARMS, *VALIDATED_IS_ARMS))} --seeds {','.join(map(str, CONFIRM_RATE_SEEDS))} --out_dir <dir>"
+    for name, setting in CONFIRM_RATE_SETTINGS.items()
+)
 
 
 def state_fingerprint(state: dict) -> str:
