@@ -552,10 +552,12 @@ CONFIRM_RATE_SETTINGS = {
     for rate in (CHOSEN_RATES[f"{RATE_PREFIX}_{base_steps.validated_setting(task)}"],)
 }
 SETTINGS.update(CONFIRM_RATE_SETTINGS)
+# Two launches into one folder (DPO and the base, then IS-DPO), run side by side on the two cores.
 CONFIRM_RATE_COMMANDS = tuple(
-    f"trl-rlvr-ext study is_dpo --setting {name} --tasks {setting.tasks[0]} --arms "
-    f"{','.join((*VALIDATED_ARMS, *VALIDATED_IS_ARMS))} --seeds {','.join(map(str, CONFIRM_RATE_SEEDS))} --out_dir <dir>"
+    f"trl-rlvr-ext study is_dpo --setting {name} --tasks {setting.tasks[0]} --arms {','.join(arms)} --seeds "
+    f"{','.join(map(str, CONFIRM_RATE_SEEDS))} --out_dir <dir>"
     for name, setting in CONFIRM_RATE_SETTINGS.items()
+    for arms in (VALIDATED_ARMS, VALIDATED_IS_ARMS)
 )
 
 
