@@ -172,6 +172,8 @@ def test_export_takes_several_out_dirs_and_orders_settings(tmp_path):
 
 
 def test_the_calibration_block_renders_the_candidates_and_the_rules_choice(tmp_path):
+    from study_records import write_records
+
     from trl_rlvr_ext.studies.report import BASE_STEPS_RECORDS, base_steps_block
 
     declared = base_steps_block(None, {}, tmp_path)["base_steps"]
@@ -180,9 +182,7 @@ def test_the_calibration_block_renders_the_candidates_and_the_rules_choice(tmp_p
     records.append(_record(1000, SPREAD[2], task="mixture"))
     for record, pass1 in zip(records, (0.1, 0.2, 0.3, 0.4)):
         record.update(pass_at_k={"1": pass1, "64": 0.9}, wall_seconds=61.4, command=f"cmd {record['setting']}")
-    path = tmp_path / BASE_STEPS_RECORDS
-    path.parent.mkdir(parents=True)
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_records(tmp_path, BASE_STEPS_RECORDS, records)
     block = base_steps_block(None, {}, tmp_path)["base_steps"]
     # 400 steps: 3 of 4 problems in the middle, 1 never solved, none always
     assert "| **400** | 0.200 | 0.900 | 0.25 | 0.75 | 0.00 | 61 |" in block

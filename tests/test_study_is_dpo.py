@@ -405,3 +405,24 @@ def test_the_chosen_rates_are_the_rules_choice_on_the_committed_records_and_thei
     assert name == "validated_number_sorting_lr1e-4" and CONFIRM_RATE_SETTINGS[name].sizes == {"learning_rate": 1e-4}
     assert all(name in claim.settings for claim in MATCHED_KL_CLAIMS)
     assert "--seeds 30,31,32,33,34 " in CONFIRM_RATE_COMMANDS[0]
+
+
+def test_the_rate_calibration_block_renders_each_rate_and_the_rules_choice(tmp_path):
+    from study_records import write_records
+
+    from trl_rlvr_ext.studies.report import RATE_CALIBRATION_RECORDS, rate_calibration_block
+
+    records = []
+    for setting in ("rate_calibration", "rate_calibration_validated_number_sorting"):
+        for rate, ratio in (("1e-5", 1.0), ("3e-5", 0.75), ("1e-4", 0.25), ("3e-4", 0.0)):
+            record = _rate_record(rate, ratio, setting=setting)
+            for point in record["frontier"]:
+                point["kl"] = 0.0 if point["step"] == 0 else float(rate) * 1e4
+            record.update(num_correct=[1], num_samples=64, pass_at_k={"1": 0.5}, wall_seconds=42.4, command=setting)
+            records.append(record)
+    write_records(tmp_path, RATE_CALIBRATION_RECORDS, records)
+    block = rate_calibration_block(None, {}, tmp_path)["rate_calibration"]
+    # 3e-5 keeps 0.75 of the base's 0.8 (0.60 at step 20): the largest rate above the collapse line
+    assert "| **3e-5** | 0.80 | 0.60 | 0.75 | 0.30 | 0.500 | 42 |" in block
+    assert "| 1e-4 | 0.80 | 0.20 | 0.25 | 1.00 | 0.500 | 42 |" in block
+    assert block.count("The rule's choice: **3e-5**.") == 2 and "- `rate_calibration`" in block

@@ -237,21 +237,19 @@ def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[di
     metrics = ("winner_take_all", "interference_frac", "probe_winner_take_all")
     table = prediction_table_markdown([prediction(units, metric) for metric in metrics])
     rows = [
-        _row(
-            [
-                u["task"],
-                u["setting"],
-                u["arm"],
-                seed_ranges(u["seeds"]),
-                f"{u['winner_take_all']:+.3f}",
-                "n/a" if np.isnan(u["interference_frac"]) else f"{u['interference_frac']:.3f}",
-                f"{u['shrink']:+.3f}",
-            ]
-        )
+        [
+            u["task"],
+            u["setting"],
+            u["arm"],
+            seed_ranges(u["seeds"]),
+            f"{u['winner_take_all']:+.3f}",
+            "n/a" if np.isnan(u["interference_frac"]) else f"{u['interference_frac']:.3f}",
+            f"{u['shrink']:+.3f}",
+        ]
         for u in units
     ]
     header = ["task", "setting", "arm", "seeds", "winner_take_all", "interference_frac", "Δpass@n"]
-    unit_table = "\n".join([_row(header), "|" + "---|" * len(header), *rows])
+    unit_table = "\n".join(_table(header, rows))
     return {"mechanisms": table, "mechanism_units": unit_table}
 
 
@@ -282,20 +280,19 @@ def base_steps_block(page: "Page", settings_records: dict[str, list[dict]], root
     for task in base_steps.STEPS_IN_USE:
         calibration = base_steps.choose(records, task)
         runs = base_steps.calibration_runs(records, task)
-        lines += [f"**{task}** (steps in use: {base_steps.STEPS_IN_USE[task]}):", "", _row(header)]
-        lines.append("|" + "---|" * len(header))
+        rows = []
         for steps, record in sorted(runs.items()):
             spread = pass_rate_spread(record["num_correct"], record["num_samples"])
-            cells = [
-                f"**{steps}**" if steps == calibration.chosen else str(steps),
-                f"{record['pass_at_k']['1']:.3f}",
-                f"{record['pass_at_k'][str(base_steps.SAMPLES)]:.3f}",
-                f"{spread['never']:.2f}",
-                f"{spread['mid']:.2f}",
-                f"{spread['always']:.2f}",
-                f"{record['wall_seconds']:.0f}",
-            ]
-            lines.append(_row(cells))
+            rows.append(
+                [
+                    _marked(steps, calibration.chosen),
+                    f"{record['pass_at_k']['1']:.3f}",
+                    f"{record['pass_at_k'][str(base_steps.SAMPLES)]:.3f}",
+                    *(f"{spread[part]:.2f}" for part in ("never", "mid", "always")),
+                    f"{record['wall_seconds']:.0f}",
+                ]
+            )
+        lines += [f"**{task}** (steps in use: {base_steps.STEPS_IN_USE[task]}):", "", *_table(header, rows)]
         if calibration.chosen is not None:
             lines += ["", f"The rule's choice: **{calibration.chosen}** steps."]
         else:
@@ -313,6 +310,53 @@ def self_page_blocks(page: "Page", settings_records: dict[str, list[dict]], root
         **mechanism_prediction_block(page, settings_records, root),
         **base_steps_block(page, settings_records, root),
     }
+
+
+RATE_CALIBRATION_RECORDS = "docs/evidence/data/is_dpo_rate_calibration.jsonl"
+
+
+def rate_calibration_block(page: "Page", settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
+    """The IS-DPO page's choice of the learning rate on validation problems (`is_dpo_study.choose_rate`): per base, each
+    rate's validation greedy accuracy at step 0 and at the rule's step, their ratio against the collapse line, the KL
+    there, and the rate the rule chose (or the run it asks for next)."""
+    from .is_dpo_study import RATE_COLLAPSE, RATE_SETTINGS, RATE_STEPS, choose_rate
+
+    records = load_records(root / RATE_CALIBRATION_RECORDS)
+    header = [
+        "rate",
+        "validation greedy, step 0",
+        f"step {RATE_STEPS}",
+        f"ratio (collapse below {RATE_COLLAPSE})",
+        f"KL at step {RATE_STEPS}",
+        "validation pass@1 (final)",
+        "wall s",
+    ]
+    lines = []
+    for setting, design in RATE_SETTINGS.items():
+        calibration = choose_rate(records, setting)
+        runs = {r["arm"].partition("@")[2]: r for r in records if r.get("setting") == setting}
+        rows = []
+        for rate, ratio in calibration.ratios.items():
+            points = {point["step"]: point for point in runs[rate]["frontier"]}
+            rows.append(
+                [
+                    _marked(rate, calibration.chosen),
+                    f"{points[0]['greedy_acc']:.2f}",
+                    f"{points[RATE_STEPS]['greedy_acc']:.2f}",
+                    f"{ratio:.2f}",
+                    f"{points[RATE_STEPS]['kl']:.2f}",
+                    f"{runs[rate]['pass_at_k']['1']:.3f}",
+                    f"{runs[rate]['wall_seconds']:.0f}",
+                ]
+            )
+        lines += [f"**{setting}** ({design.description}):", "", *_table(header, rows)]
+        if calibration.chosen is not None:
+            lines += ["", f"The rule's choice: **{calibration.chosen}**.", ""]
+        else:
+            lines += ["", f"Not chosen yet: the rule asks for {calibration.next_run} next.", ""]
+    lines += ["Commands:", ""]
+    lines += [f"- `{command}`" for command in dict.fromkeys(r["command"] for r in records)]
+    return {"rate_calibration": "\n".join(lines)}
 
 
 CLIP_CALIBRATION_RECORDS = "docs/evidence/data/nsr/clip_calibration.jsonl.gz"
@@ -352,16 +396,14 @@ def clip_calibration_block(page: "Page", settings_records: dict[str, list[dict]]
         record = by_setting[CALIBRATION_PREFIX + name]
         share, reward_ratio = signal_clipped_share(record), _last_over_first_reward(record)
         rows.append(
-            _row(
-                [
-                    f"**{name}**" if name == chosen else name,
-                    candidate.description,
-                    "n/a" if share is None else f"{share:.4f}",
-                    f"{collapsed(record):.0f}",
-                    "n/a" if reward_ratio is None else f"{reward_ratio:.3f}",
-                    f"{record['pass_at_k']['1']:.3f}",
-                ]
-            )
+            [
+                _marked(name, chosen),
+                candidate.description,
+                "n/a" if share is None else f"{share:.4f}",
+                f"{collapsed(record):.0f}",
+                "n/a" if reward_ratio is None else f"{reward_ratio:.3f}",
+                f"{record['pass_at_k']['1']:.3f}",
+            ]
         )
     target = f"{CLIP_TARGET * 100:.0f} % of the signal tokens"
     verdict = (
@@ -370,7 +412,7 @@ def clip_calibration_block(page: "Page", settings_records: dict[str, list[dict]]
         else f"No candidate clipped {target} without collapsing: no regime was chosen."
     )
     commands = "\n".join(f"- `{r['command']}` ({r['wall_seconds']:.0f} s)" for r in records)
-    table = "\n".join([_row(header), "|" + "---|" * len(header), *rows])
+    table = "\n".join(_table(header, rows))
     return {"clip_calibration": f"{table}\n\n{verdict}\n\nCommands:\n\n{commands}"}
 
 
@@ -572,9 +614,12 @@ PAGES = {
                 "validated_number_sorting",
                 "the dense design on number_sorting's base at the calibration's choice (800 warm-start steps)",
                 ("docs/evidence/data/is_dpo_validated.jsonl",),
+                exploratory="rate not chosen on this base: it ran at 3e-5, picked on the first design's test problems "
+                "on the base in use; the learning-rate calibration on this base's validation problems chooses 1e-4",
             ),
         ),
         "IS-DAA",
+        page_blocks=rate_calibration_block,
         columns=(
             Column("chosen logp (first log)", _first("logps/chosen"), 2),
             Column("chosen logp (last log)", _last("logps/chosen"), 2),
@@ -750,6 +795,11 @@ def _row(cells) -> str:
 
 # Value columns per table beside the arm: wider tables overflow the docs' column (tests/test_docs_render.py).
 COLUMNS_PER_TABLE = 5
+
+
+def _marked(candidate, chosen) -> str:
+    """A calibration table's candidate, in bold where it is the rule's choice."""
+    return f"**{candidate}**" if candidate == chosen else str(candidate)
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
