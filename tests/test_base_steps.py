@@ -260,14 +260,25 @@ def test_the_chosen_base_records_ran_their_declared_commands_on_that_base():
 
     digest = GymWarmStartSettings(dataset="number_sorting", num_steps=base_steps.CHOSEN["number_sorting"]).digest()
     data = Path(__file__).parent.parent / "docs/evidence/data"
-    for path, commands, runs in (
-        ("self_validated.jsonl", self_study.VALIDATED_COMMANDS, 10),
-        ("is_dpo_validated.jsonl", is_dpo_study.VALIDATED_COMMANDS, 25),
+    confirm = next(iter(is_dpo_study.CONFIRM_RATE_SETTINGS))
+    for path, commands, runs, seeds, setting in (
+        ("self_validated.jsonl", self_study.VALIDATED_COMMANDS, 10, range(20, 25), "validated_number_sorting"),
+        ("is_dpo_validated.jsonl", is_dpo_study.VALIDATED_COMMANDS, 25, range(20, 25), "validated_number_sorting"),
+        # the same design at the rate chosen on this base: fresh seeds, 1e-4 in every trained run's sizes
+        (
+            "is_dpo_validated_lr.jsonl",
+            is_dpo_study.CONFIRM_RATE_COMMANDS,
+            25,
+            is_dpo_study.CONFIRM_RATE_SEEDS,
+            confirm,
+        ),
     ):
         records = load_records(data / path)
         assert len(records) == runs
         declared = {c.rsplit(" --out_dir", 1)[0] for c in commands}
         assert {r["command"].rsplit(" --out_dir", 1)[0] for r in records} == declared
         assert {r["base_model"].rsplit("/", 1)[-1] for r in records} == {digest}
-        assert {r["seed"] for r in records} == {20, 21, 22, 23, 24}
-        assert all(r["setting"] == "validated_number_sorting" for r in records)
+        assert {r["seed"] for r in records} == set(seeds)
+        assert all(r["setting"] == setting for r in records)
+    trained = [r for r in records if r["arm"] != "base"]
+    assert len(trained) == 20 and {r["sizes"]["learning_rate"] for r in trained} == {1e-4}

@@ -617,6 +617,13 @@ PAGES = {
                 exploratory="rate not chosen on this base: it ran at 3e-5, picked on the first design's test problems "
                 "on the base in use; the learning-rate calibration on this base's validation problems chooses 1e-4",
             ),
+            # the same design at the rate chosen on that base's validation problems (is_dpo_study:
+            # CONFIRM_RATE_SETTINGS, declared before its runs, fresh seeds 30-34)
+            PageSetting(
+                "validated_number_sorting_lr1e-4",
+                "the dense design on number_sorting's chosen base at the rate chosen on it (1e-4)",
+                ("docs/evidence/data/is_dpo_validated_lr.jsonl",),
+            ),
         ),
         "IS-DAA",
         page_blocks=rate_calibration_block,
