@@ -95,8 +95,9 @@ class Launches:
                     proc = _launch(mode, phase, self.model_path, out)
                     killed = [out / f"killed_rank{r}" for r in (0, 1)]
                     if phase == "main":  # ends with the kill run: SIGKILL, so a failing exit
-                        assert all(k.exists() for k in killed), f"{mode}: the kill run did not die in step 3:\n" + (
-                            _tail(out / f"{phase}.log")
+                        assert all(k.exists() for k in killed), (
+                            f"{mode}: the kill run did not die in step 3 (launch exit code {proc.returncode}; a rank "
+                            f"that crashed shows its stack in the log):\n{_tail(out / f'{phase}.log')}"
                         )
                     else:
                         assert proc.returncode == 0, f"{mode} {phase} failed:\n{_tail(out / f'{phase}.log')}"

@@ -17,6 +17,7 @@ FSDP config as DDP, so for ``fsdp2`` the distributed type is relabelled MULTI_GP
 the device stays CPU and the process group gloo. Without the relabel the trainers refuse (one case checks it).
 """
 
+import faulthandler
 import hashlib
 import json
 import os
@@ -40,6 +41,12 @@ from trl_rlvr_ext.evaluation import PassAtKCallback
 from trl_rlvr_ext.evaluation.boundary import BoundaryProbeCallback
 from trl_rlvr_ext.lora_init import api as lora_api
 from trl_rlvr_ext.toy.preference import make_toy_preference_dataset
+
+
+# A native crash of a rank (SIGSEGV, SIGABRT) prints its Python stack into the launch log, which the test's failure
+# message shows: one full suite saw rank 1 of the fsdp2 launch die of SIGSEGV right after a model load, with nothing to
+# say where (it did not recur in seven reruns of the launch, idle or under load). SIGKILL, the kill run's, is untouched.
+faulthandler.enable()
 
 
 MODE, PHASE, MODEL, OUT = sys.argv[1:5]
