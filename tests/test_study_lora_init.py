@@ -233,7 +233,9 @@ def test_sweep_setting_measures_the_validation_problems(tmp_path, capsys):
     inputs = load_run_inputs(task, QUICK, quick=True, evaluate_on="validation")
     assert inputs.test["prompt"] == held_out["prompt"][3:6]
     assert [row["prompt"] for row in inputs.probe_rows] == held_out["prompt"][3:6]
-    assert load_run_inputs(task, QUICK, quick=True).test["prompt"] == held_out["prompt"][:3]
+    assert inputs.evaluated_on == base["evaluated_on"]  # what the records say comes from the inputs themselves
+    on_test = load_run_inputs(task, QUICK, quick=True)
+    assert on_test.test["prompt"] == held_out["prompt"][:3] and on_test.evaluated_on is None
     table = (out / "results.md").read_text()
     assert f"### Learning-rate sweep (seed {SWEEP_SEED}, validation problems;" in table
     assert "Grid extensions still to run (--arms extend): {'rlpo':" in table

@@ -754,7 +754,9 @@ def run_one(
     pairs, data_meta = build_preference_data(task, sizes, quick, out_dir, base=base) if arm.train else (None, None)
     start = time.perf_counter()
     run_dir.mkdir(parents=True, exist_ok=True)
-    splits, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick, design.evaluate_on, base)
+    splits, test, probe_rows, reward, base_path, evaluated_on = load_run_inputs(
+        task, sizes, quick, design.evaluate_on, base
+    )
     validation_rows, validation = None, None
     if num_validation:
         data_prompts = QUICK_DATA_PROMPTS if quick else DATA_PROMPTS
@@ -809,8 +811,8 @@ def run_one(
         extra["early_stopping"] = {**stopped, "evaluated_fingerprint": state_fingerprint(model.state_dict())}
     if base:
         extra["base_overrides"] = base
-    if design.evaluate_on == "validation":  # the frontier and the Pass@k are not on the test problems: it says so
-        extra["evaluated_on"] = {"name": "validation", **validation_split(splits, sizes, sizes.eval_problems)[1]}
+    if evaluated_on:  # the frontier and the Pass@k are not on the test problems: it says so
+        extra["evaluated_on"] = evaluated_on
     return evaluate_and_record(
         study,
         task,

@@ -361,6 +361,8 @@ class RunInputs(NamedTuple):
     probe_rows: list[dict]
     reward: Callable
     base_path: str
+    # which held-out rows the run measures, for its record, where they are not the test problems (`evaluate_on`)
+    evaluated_on: dict | None = None
 
 
 def base_model_path(task: StudyTask, quick: bool, base: dict | None = None) -> str:
@@ -390,9 +392,11 @@ def load_run_inputs(
 
     splits = load_named_dataset(task.dataset)
     held_out = splits["test"]
+    evaluated_on = None
     if evaluate_on == "validation":
-        rows, _ = validation_split(splits, sizes, sizes.eval_problems)
+        rows, description = validation_split(splits, sizes, sizes.eval_problems)
         test, probe_rows = Dataset.from_list(rows), rows[: sizes.probe_problems]
+        evaluated_on = {"name": "validation", **description}
     else:
         test = held_out.select(range(min(sizes.eval_problems, held_out.num_rows)))
         probe_rows = [held_out[i] for i in range(min(sizes.probe_problems, held_out.num_rows))]
@@ -402,6 +406,7 @@ def load_run_inputs(
         probe_rows=probe_rows,
         reward=get_reward_func(task.reward),
         base_path=base_model_path(task, quick, base),
+        evaluated_on=evaluated_on,
     )
 
 
@@ -490,7 +495,7 @@ def run_one(
     evaluate_on = study.get_setting(setting).evaluate_on if setting is not None else "test"
     precision = study.get_setting(setting).evaluate_precision if setting is not None else "trainer"
     base = study.get_setting(setting).base if setting is not None else {}
-    splits, test, probe_rows, reward, base_path = load_run_inputs(task, sizes, quick, evaluate_on, base)
+    splits, test, probe_rows, reward, base_path, evaluated_on = load_run_inputs(task, sizes, quick, evaluate_on, base)
     model, tokenizer, boundary, log_history, config = base_path, None, [], [], None
     train_seconds = 0.0
     parameters, lora_init, budget = None, None, None
@@ -550,8 +555,8 @@ def run_one(
         extra["evaluated_precision"] = precision
     if base:
         extra["base_overrides"] = base
-    if evaluate_on == "validation":  # the record's pass@k is not on the test problems: it says so
-        extra["evaluated_on"] = {"name": "validation", **validation_split(splits, sizes, sizes.eval_problems)[1]}
+    if evaluated_on:  # the record's pass@k is not on the test problems: it says so
+        extra["evaluated_on"] = evaluated_on
     result = evaluate_and_record(
         study,
         task,
