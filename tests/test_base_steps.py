@@ -280,5 +280,5 @@ def test_the_chosen_base_records_ran_their_declared_commands_on_that_base():
         assert {r["base_model"].rsplit("/", 1)[-1] for r in records} == {digest}
         assert {r["seed"] for r in records} == set(seeds)
         assert all(r["setting"] == setting for r in records)
-    trained = [r for r in records if r["arm"] != "base"]
+    trained = [r for r in load_records(data / "is_dpo_validated_lr.jsonl") if r["arm"] != "base"]
     assert len(trained) == 20 and {r["sizes"]["learning_rate"] for r in trained} == {1e-4}

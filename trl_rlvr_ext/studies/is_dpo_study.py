@@ -498,9 +498,9 @@ class RateCalibration:
     next_run: str | None
 
 
-def choose_rate(records: list[dict], setting: str) -> RateCalibration:
-    """`RATE_LADDER`'s rule (above) on the calibration records of ``setting`` (seed `RATE_SEED`, arms
-    ``dpo_b0.01@<rate>``); two records of one rate are refused."""
+def rate_runs(records: list[dict], setting: str) -> dict[str, dict]:
+    """The calibration records of ``setting`` by their rate (seed `RATE_SEED`, arms ``dpo_b0.01@<rate>``); a rate off
+    `RATE_LADDER` and two records of one rate are refused, so that the rule reads each once."""
     runs: dict[str, dict] = {}
     for record in records:
         method, _, rate = record["arm"].partition("@")
@@ -511,6 +511,12 @@ def choose_rate(records: list[dict], setting: str) -> RateCalibration:
         if rate in runs:
             raise ValueError(f"Two calibration records of {setting} at rate {rate}: keep one per rate.")
         runs[rate] = record
+    return runs
+
+
+def choose_rate(records: list[dict], setting: str) -> RateCalibration:
+    """`RATE_LADDER`'s rule (above) on the calibration records of ``setting`` (`rate_runs`)."""
+    runs = rate_runs(records, setting)
     ratios = {}
     for rate, record in runs.items():
         points = {point["step"]: point["greedy_acc"] for point in record["frontier"]}

@@ -319,7 +319,7 @@ def rate_calibration_block(page: "Page", settings_records: dict[str, list[dict]]
     """The IS-DPO page's choice of the learning rate on validation problems (`is_dpo_study.choose_rate`): per base, each
     rate's validation greedy accuracy at step 0 and at the rule's step, their ratio against the collapse line, the KL
     there, and the rate the rule chose (or the run it asks for next)."""
-    from .is_dpo_study import RATE_COLLAPSE, RATE_SETTINGS, RATE_STEPS, choose_rate
+    from .is_dpo_study import RATE_COLLAPSE, RATE_SETTINGS, RATE_STEPS, choose_rate, rate_runs
 
     records = load_records(root / RATE_CALIBRATION_RECORDS)
     header = [
@@ -334,7 +334,7 @@ def rate_calibration_block(page: "Page", settings_records: dict[str, list[dict]]
     lines = []
     for setting, design in RATE_SETTINGS.items():
         calibration = choose_rate(records, setting)
-        runs = {r["arm"].partition("@")[2]: r for r in records if r.get("setting") == setting}
+        runs = rate_runs(records, setting)
         rows = []
         for rate, ratio in calibration.ratios.items():
             points = {point["step"]: point for point in runs[rate]["frontier"]}
