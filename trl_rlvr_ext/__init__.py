@@ -21,6 +21,7 @@ _LAZY = {
     "pass_at_k": "trl_rlvr_ext.evaluation",
     "PassAtKCallback": "trl_rlvr_ext.evaluation",
     "get_peft_model_with_init": "trl_rlvr_ext.lora_init",
+    "get_pretrained_model_path": "trl_rlvr_ext.pretrained",
 }
 
 __all__ = ["__version__", *_LAZY]
@@ -46,3 +47,4 @@ if TYPE_CHECKING:  # pragma: no cover
     from .dpo.dpo_trainer import ISDPOTrainer
     from .grpo.grpo_config import RLVRGRPOConfig
     from .grpo.grpo_trainer import RLVRGRPOTrainer
+    from .pretrained import get_pretrained_model_path

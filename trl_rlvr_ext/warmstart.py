@@ -109,19 +109,25 @@ def resolve_settings(settings_cls, subdir: str, cache_dir, settings: dict):
     return resolved, root / subdir / resolved.digest()
 
 
-def is_built(final: Path) -> bool:
-    """Whether ``final`` holds a complete build."""
-    return (Path(final) / METADATA_FILE).is_file()
+def is_built(final: Path, metadata_file: str = METADATA_FILE) -> bool:
+    """Whether ``final`` holds a complete build (its metadata file, written last, is there)."""
+    return (Path(final) / metadata_file).is_file()
 
 
-def build_cached(final: Path, build: Callable[[], tuple[object, object, dict]]) -> str:
+def build_cached(
+    final: Path,
+    build: Callable[[], tuple[object, object, dict]],
+    metadata_file: str = METADATA_FILE,
+    extra_files: Callable[[Path], None] | None = None,
+) -> str:
     """The directory ``final``, built by ``build() -> (model, tokenizer, metadata)`` if it is not there yet.
 
-    The build writes into a temporary sibling directory renamed into place at the end; the metadata file is written
-    last, so its presence marks a complete build.
+    The build writes into a temporary sibling directory renamed into place at the end; ``extra_files(folder)``, if
+    given, adds files to it (licences, notices); the metadata file is written last, so its presence marks a complete
+    build.
     """
     final = Path(final)
-    if is_built(final):
+    if is_built(final, metadata_file):
         return str(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}-building-", dir=final.parent))
@@ -129,14 +135,16 @@ def build_cached(final: Path, build: Callable[[], tuple[object, object, dict]]) 
         model, tokenizer, metadata = build()
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+        if extra_files is not None:
+            extra_files(tmp)
+        (tmp / metadata_file).write_text(json.dumps(metadata, indent=2))
         try:
             os.rename(tmp, final)
         except OSError as err:
-            if not is_built(final):  # not a concurrent build that finished first: a real problem
+            if not is_built(final, metadata_file):  # not a concurrent build that finished first: a real problem
                 raise RuntimeError(
-                    f"Could not move the new base model into {final}: {err}. If that directory exists, it is not a "
-                    f"complete build (it has no {METADATA_FILE}): delete it and run again."
+                    f"Could not move the new model into {final}: {err}. If that directory exists, it is not a "
+                    f"complete build (it has no {metadata_file}): delete it and run again."
                 ) from err
     finally:
         if tmp.exists():
