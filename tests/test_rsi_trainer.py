@@ -196,3 +196,25 @@ def test_composes_with_the_other_loss_options(tiny_model_path, tmp_path, options
         RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "sel", max_steps=2, **options, **INTERVAL
     )
     assert all(log["rsi/kept_frac"] < 1 for log in _step_logs(selecting))
+
+
+def test_toy_rsi_recipe_runs_through_the_script(tiny_model_path, tmp_path):
+    """The toy recipe parses with its interval and trains two steps through the GRPO script (a dense reward: on the
+    random tiny model the toy task's exact-match reward is 0 everywhere)."""
+    from test_acpo_recipes import FAST, ROOT, parse
+
+    from trl_rlvr_ext.scripts import grpo as grpo_script
+
+    argv = ["--config", str(ROOT / "recipes/grpo/toy_rsi.yaml"), "--model_name_or_path", tiny_model_path]
+    argv += ["--output_dir", str(tmp_path), *FAST, "--reward_funcs", "grpo_helpers.digit_reward"]
+    script_args, training_args, model_args, dataset_args = parse(argv)
+    assert (training_args.rsi_selection, training_args.rsi_low, training_args.rsi_high) == ("interval", 0.25, 3.0)
+    assert training_args.rsi_quantile_low is None and training_args.loss_type == "dapo"
+    trainer = grpo_script.main(script_args, training_args, model_args, dataset_args)
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert len(logs) == 2 and all(0 < log["rsi/kept_frac"] <= 1 for log in logs)
+    # and a quantile run from the command line: the bounds parse as floats
+    argv += ["--rsi_selection", "quantile", "--rsi_low", "None", "--rsi_high", "None"]
+    argv += ["--rsi_quantile_low", "0.1", "--rsi_quantile_high", "0.9"]
+    training_args = parse(argv)[1]
+    assert (training_args.rsi_quantile_low, training_args.rsi_quantile_high) == (0.1, 0.9)
