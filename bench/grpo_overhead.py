@@ -53,8 +53,17 @@ ARM_OPTIONS = {
     "diag": {"off_policy_diagnostics": True},
     "acpo_diag": {"adaptive_clip": "acpo", "off_policy_diagnostics": True},
     "delta": {"token_credit": "delta"},  # bench/delta_overhead.py
+    # bench/rsi_overhead.py: the toy recipe's interval (ours), and quantile bounds gathered over processes
+    "rsi": {"rsi_selection": "interval", "rsi_low": 0.25, "rsi_high": 3.0},
+    "rsi_quantile": {"rsi_selection": "quantile", "rsi_quantile_low": 0.1, "rsi_quantile_high": 0.9},
 }
-_OFF = {"clip_recovery": "none", "adaptive_clip": "none", "off_policy_diagnostics": False}
+_OFF = {
+    "clip_recovery": "none",
+    "adaptive_clip": "none",
+    "off_policy_diagnostics": False,
+    **dict.fromkeys(("rsi_low", "rsi_high", "rsi_quantile_low", "rsi_quantile_high")),
+    "rsi_selection": "none",
+}
 
 
 def reward(completions, **kwargs):

@@ -51,6 +51,7 @@ DDP_CASES = (
     "dynamic_sampling",
     "acpo",  # + off-policy diagnostics
     "delta",
+    "rsi",  # RSI-S, quantile bounds gathered over ranks
     "acpo_nsr_delta",  # ACPO (per-rank statistics) + NSR + DelTA
     "eval_callbacks",
     "isdpo",

@@ -303,6 +303,21 @@ def case_delta():
     return summary(grpo_run("delta", data=prompts(), num_iterations=2, learning_rate=0.1, token_credit="delta"))
 
 
+def case_rsi():
+    """RSI-S with quantile bounds: every rank's RSI values gathered at each loss computation (global thresholds)."""
+    return summary(
+        grpo_run(
+            "rsi",
+            data=prompts(),
+            num_iterations=2,
+            learning_rate=0.1,
+            rsi_selection="quantile",
+            rsi_quantile_low=0.2,
+            rsi_quantile_high=0.8,
+        )
+    )
+
+
 def case_acpo_nsr_delta():
     """ACPO (each rank's own statistics) + NSR rescuing past ACPO's bounds + DelTA's weighted advantages."""
     return nsr_summary(
@@ -528,6 +543,7 @@ CASES = {
     "nsr_expected": lambda: case_nsr("nsr_expected"),
     "acpo": case_acpo,
     "delta": case_delta,
+    "rsi": case_rsi,
     "acpo_nsr_delta": case_acpo_nsr_delta,
     "self": case_self,
     "self_skip": lambda: case_self("self_skip", parity_reward, num_generations=4),

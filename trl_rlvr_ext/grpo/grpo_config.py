@@ -34,6 +34,7 @@ ADAPTIVE_CLIP_REFUSED_LOSS_TYPES = {
     "vespo": "VESPO weighs sequences with gamma weights: there is no per-token clip width",
 }
 TOKEN_CREDIT_MODES = ("none", "delta")
+RSI_SELECTION_MODES = ("none", "interval", "quantile")
 # Why the loss types outside PPO's clipped objective cannot take DelTA's token weights: the trainer multiplies the
 # advantages where the clipped objective reads them (the authors' loss is verl's vanilla PPO loss, with DAPO's clip).
 TOKEN_CREDIT_REFUSED_LOSS_TYPES = {
@@ -237,6 +238,33 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         token_credit_refine_steps (`int`, *optional*, defaults to `1`):
             DelTA: refinements of the centroids by the tokens' sigmoid posteriors (the authors' K; released
             script: 1; 0 keeps the advantage-weighted centroids).
+        rsi_selection (`str`, *optional*, defaults to `"none"`):
+            RSI-S token selection ("Relative Surprisal Index", https://arxiv.org/abs/2606.31575; no code released,
+            only the abstract read). `"none"`: stock TRL. Otherwise each completion token's RSI = −log p / H (the
+            sampled token's surprisal over the entropy of its distribution, `trl_rlvr_ext.losses.rsi`) is computed
+            where TRL applies `top_entropy_quantile`, and the tokens outside an interval get no policy gradient:
+            `"interval"` keeps `rsi_low` <= RSI <= `rsi_high` (absolute bounds), `"quantile"` keeps the tokens between
+            the `rsi_quantile_low` and `rsi_quantile_high` quantiles of the RSI of every process's completion tokens
+            at that loss computation (the same thresholds everywhere, as TRL's entropy mask). The paper gives no
+            interval values: there are no defaults, and at least one bound must be set. Our choices where the paper
+            is silent: p and H are the current policy's at the loss forward (detached, at TRL's temperature: what
+            TRL's entropy mask reads); dropped tokens stay in the loss normaliser and TRL's entropy bonus acts on the
+            kept tokens only (both as TRL's `top_entropy_quantile`); positive- and negative-advantage tokens share
+            the interval. Not combined with `top_entropy_quantile` < 1 (refused). Composes with `clip_recovery`,
+            `adaptive_clip`, `token_credit` (they change the surrogate or the advantages; RSI-S masks tokens after).
+            Logged as `rsi/*`.
+        rsi_low (`float`, *optional*):
+            `"interval"`: the lower RSI bound (inclusive; None: open). RSI >= 0, so `rsi_low=0` alone keeps every token
+            (the `rsi/*` metrics with the loss unchanged). Paper's value unknown.
+        rsi_high (`float`, *optional*):
+            `"interval"`: the upper RSI bound (inclusive; None: open). Paper's value unknown.
+        rsi_quantile_low (`float`, *optional*):
+            `"quantile"`: the quantile (in [0, 1]) of the RSI pool below which tokens are dropped (None: open). Ours.
+        rsi_quantile_high (`float`, *optional*):
+            `"quantile"`: the quantile (in [0, 1]) above which tokens are dropped (None: open). Ours.
+        rsi_eps (`float`, *optional*, defaults to `1e-8`):
+            Where the entropy is at most this (a numerically deterministic position) RSI is set to 0: such a token
+            counts as redundant low-surprisal (its policy gradient is ≈ 0 anyway). Ours; the paper's rule is unknown.
         vllm_engine_kwargs (`dict`, *optional*):
             Extra keyword arguments for the `vllm.LLM` engine TRL builds in `vllm_mode="colocate"` (TRL exposes no
             `dtype` or `enforce_eager` there), e.g. `{"enforce_eager": True, "dtype": "float32"}`: on a CPU machine
@@ -282,6 +310,39 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     token_credit_refine_steps: int = field(
         default=DELTA_PAPER_SETTINGS["refine_steps"],
         metadata={"help": "DelTA: refinements of the class centroids by the sigmoid posteriors (released script: 1)."},
+    )
+
+    # ---------------------------------------------------------------- RSI-S token selection
+    rsi_selection: str = field(
+        default="none",
+        metadata={
+            "help": "RSI-S token selection (https://arxiv.org/abs/2606.31575): 'none' (stock TRL), 'interval' (keep "
+            "tokens with rsi_low <= RSI <= rsi_high, RSI = -log p / H) or 'quantile' (keep tokens between the "
+            "rsi_quantile_low / rsi_quantile_high quantiles of every process's RSI). Tokens outside get no policy "
+            "gradient, where TRL applies top_entropy_quantile. The paper's interval is unknown: no defaults. Our "
+            "choices: the current policy's p and H, dropped tokens stay in the normaliser (as TRL's entropy mask).",
+            "choices": list(RSI_SELECTION_MODES),
+        },
+    )
+    rsi_low: float | None = field(
+        default=None,
+        metadata={"help": "RSI-S 'interval': lower RSI bound, inclusive (None: open; paper's value unknown)."},
+    )
+    rsi_high: float | None = field(
+        default=None,
+        metadata={"help": "RSI-S 'interval': upper RSI bound, inclusive (None: open; paper's value unknown)."},
+    )
+    rsi_quantile_low: float | None = field(
+        default=None,
+        metadata={"help": "RSI-S 'quantile': drop tokens below this quantile of the RSI pool (None: open; ours)."},
+    )
+    rsi_quantile_high: float | None = field(
+        default=None,
+        metadata={"help": "RSI-S 'quantile': drop tokens above this quantile of the RSI pool (None: open; ours)."},
+    )
+    rsi_eps: float = field(
+        default=1e-8,
+        metadata={"help": "RSI-S: RSI is 0 where the entropy is <= rsi_eps (a deterministic position; ours)."},
     )
 
     # ---------------------------------------------------------------- Adaptive clip (ACPO)
@@ -490,6 +551,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         self._check_clip_recovery()
         self._check_adaptive_clip()
         self._check_token_credit()
+        self._check_rsi_selection()
         self._check_curation()
         self._check_lora_init()
         self._check_reward_guard()
@@ -602,6 +664,57 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         steps = self.token_credit_refine_steps
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
             raise ValueError(f"token_credit_refine_steps must be an integer >= 0, got {steps!r} (released script: 1).")
+
+    def _check_rsi_selection(self):
+        if self.rsi_selection not in RSI_SELECTION_MODES:
+            raise ValueError(
+                f"rsi_selection={self.rsi_selection!r} is not supported. Use one of {list(RSI_SELECTION_MODES)}."
+            )
+        absolute = {"rsi_low": self.rsi_low, "rsi_high": self.rsi_high}
+        quantiles = {"rsi_quantile_low": self.rsi_quantile_low, "rsi_quantile_high": self.rsi_quantile_high}
+        own, other = {"interval": (absolute, quantiles), "quantile": (quantiles, absolute)}.get(
+            self.rsi_selection, ({}, {**absolute, **quantiles})
+        )
+        stray = [name for name, value in other.items() if value is not None]
+        if stray:  # never ignored silently
+            needs = "rsi_selection='interval'" if "rsi_low" in stray or "rsi_high" in stray else "'quantile'"
+            raise ValueError(
+                f"{', '.join(stray)} set with rsi_selection={self.rsi_selection!r}, which does not read it: use "
+                f"{needs} (rsi_low / rsi_high are RSI values for 'interval', rsi_quantile_* are quantiles for "
+                "'quantile'), or leave it unset."
+            )
+        if self.rsi_selection == "none":
+            return
+        if all(value is None for value in own.values()):
+            raise ValueError(
+                f"rsi_selection={self.rsi_selection!r} needs at least one of {list(own)}: the paper "
+                "(https://arxiv.org/abs/2606.31575) gives no interval values, so there is no default. For example "
+                + (
+                    "rsi_low=0.25, rsi_high=3.0."
+                    if self.rsi_selection == "interval"
+                    else "rsi_quantile_low=0.1, rsi_quantile_high=0.9."
+                )
+            )
+        for name, value in own.items():
+            if value is None:
+                continue
+            if self.rsi_selection == "interval" and not value >= 0:  # also refuses NaN
+                raise ValueError(f"{name} must be a number >= 0 (RSI = -log p / H is never negative), got {value!r}.")
+            if self.rsi_selection == "quantile" and not 0 <= value <= 1:
+                raise ValueError(f"{name} must be a quantile in [0, 1], got {value!r}.")
+        low, high = own.values()
+        if low is not None and high is not None and low > high:
+            names = list(own)
+            raise ValueError(f"{names[0]} ({low}) must be <= {names[1]} ({high}): the interval would keep no token.")
+        if not self.rsi_eps >= 0:
+            raise ValueError(f"rsi_eps must be >= 0, got {self.rsi_eps!r}.")
+        if self.top_entropy_quantile < 1.0:
+            raise ValueError(
+                f"rsi_selection={self.rsi_selection!r} replaces TRL's entropy mask at the same place, and the two "
+                f"selections are not combined (top_entropy_quantile={self.top_entropy_quantile}): RSI-S already drops "
+                "the high-surprisal tail and the redundant low-surprisal tokens, and the paper defines no product of "
+                "the two. Set top_entropy_quantile=1.0, or rsi_selection='none'."
+            )
 
     def _check_curation(self):
         if self.curation not in CURATION_MODES:

@@ -30,6 +30,7 @@ from .curation_mixin import CurationMixin
 from .dynamic_sampling import DynamicSamplingMixin
 from .grpo_config import RLVRGRPOConfig
 from .inputs import check_grpo_inputs, resolve_reward_names
+from .rsi_selection import RSISelectionMixin
 from .signal_check import TrainingSignalCheckMixin
 from .vllm_cpu import install_cpu_weight_sync, vllm_build_patches
 
@@ -52,7 +53,7 @@ _TRL_COPY = load_copy("grpo")
 
 
 class RLVRGRPOTrainer(
-    TrainingSignalCheckMixin, DynamicSamplingMixin, CurationMixin, CheckpointStateMixin, GRPOTrainer
+    TrainingSignalCheckMixin, DynamicSamplingMixin, CurationMixin, CheckpointStateMixin, RSISelectionMixin, GRPOTrainer
 ):
     """[`~trl.GRPOTrainer`] with this package's methods, configured by [`RLVRGRPOConfig`].
 
@@ -70,6 +71,10 @@ class RLVRGRPOTrainer(
       multiplied by a weight from how well its gradient proxy (1 − p)·h separates the batch's positive tokens from
       its negative ones, see `trl_rlvr_ext.losses.delta_token_weights`; logged as `token_credit/*`. Composes with
       NSR and ACPO (the weighted advantages enter their clipped objective).
+    - RSI-S token selection (`rsi_selection="interval"` / `"quantile"`, https://arxiv.org/abs/2606.31575): tokens whose
+      relative surprisal index −log p / H lies outside an interval get no policy gradient, at the place of TRL's
+      `top_entropy_quantile` (`RSISelectionMixin`, `trl_rlvr_ext.losses.rsi`); logged as `rsi/*`. Composes with NSR,
+      ACPO and DelTA.
     - Online curation (`curation="self"`, https://huggingface.co/papers/2510.02230, or `"pass_rate"`): train only on
       prompts the policy does not yet solve greedily, or sample prompts by a running pass-rate estimate
       (`CurationMixin`); logged as `curation/*`.
@@ -385,8 +390,10 @@ class RLVRGRPOTrainer(
             self.args.clip_recovery == "none"
             and self.args.adaptive_clip == "none"
             and self.args.token_credit == "none"
+            and self.args.rsi_selection == "none"
             and not self.args.off_policy_diagnostics
         ):
             return super()._compute_loss(model, inputs)
-        # TRL's `_compute_loss` for the installed TRL, with NSR / ACPO / diagnostics in its marked blocks (trl_rlvr_ext/_trl/)
+        # TRL's `_compute_loss` for the installed TRL, with NSR / ACPO / DelTA / RSI-S / diagnostics in its marked blocks
+        # (trl_rlvr_ext/_trl/)
         return _TRL_COPY._compute_loss(self, model, inputs)

@@ -13,6 +13,14 @@ from .off_policy import (
     ratio_percentiles,
 )
 from .ppo import ppo_clipped_objective
+from .rsi import (
+    RSI_COUNT_NAMES,
+    RSI_PERCENTILES,
+    relative_surprisal_index,
+    rsi_interval_mask,
+    rsi_quantile_bounds,
+    rsi_selection_counts,
+)
 
 
 __all__ = [
@@ -21,6 +29,8 @@ __all__ = [
     "CLIPPED_LOW_EDGES",
     "DELTA_PAPER_SETTINGS",
     "RATIO_PERCENTILES",
+    "RSI_COUNT_NAMES",
+    "RSI_PERCENTILES",
     "AcpoBins",
     "DeltaWeights",
     "acpo_bins",
@@ -38,4 +48,8 @@ __all__ = [
     "nsr_rescue_probability",
     "ppo_clipped_objective",
     "ratio_percentiles",
+    "relative_surprisal_index",
+    "rsi_interval_mask",
+    "rsi_quantile_bounds",
+    "rsi_selection_counts",
 ]

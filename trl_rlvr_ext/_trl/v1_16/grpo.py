@@ -46,6 +46,9 @@ class GRPOTrainerCopy:
             entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
         else:
             entropy_mask = None
+        # --- rsi-selection begin
+        entropy_mask = self._rsi_selection_mask(per_token_logps, entropies, mask, entropy_mask, inputs)
+        # --- rsi-selection end
 
         # Compute the loss
         advantages = inputs["advantages"]
