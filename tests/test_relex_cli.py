@@ -127,3 +127,18 @@ def test_an_adapter_trajectory_gives_adapter_folders(tiny_model_path, tmp_path):
     model = PeftModel.from_pretrained(model, out / "step9")
     written = load_file(out / "step9" / "adapter_model.safetensors")
     assert any("lora_B" in n and v.abs().max() > 0 for n, v in written.items())
+
+
+def test_toy_relex_recipe_runs_through_the_script(tiny_model_path, tmp_path):
+    from test_acpo_recipes import FAST, ROOT, parse
+
+    from trl_rlvr_ext.scripts import grpo as grpo_script
+
+    argv = ["--config", str(ROOT / "recipes/grpo/toy_relex.yaml"), "--model_name_or_path", tiny_model_path]
+    argv += ["--output_dir", str(tmp_path), *FAST, "--reward_funcs", "grpo_helpers.digit_reward"]
+    script_args, training_args, model_args, dataset_args = parse(argv)
+    assert (training_args.relex_record_steps, training_args.relex_record_dtype) == (1, "float16")
+    trainer = grpo_script.main(script_args, training_args, model_args, dataset_args)
+    logs = [log for log in trainer.state.log_history if "loss" in log]
+    assert [log["relex/recorded_steps"] for log in logs] == [1.0, 2.0]
+    assert (tmp_path / "relex_trajectory" / "manifest.json").is_file()
