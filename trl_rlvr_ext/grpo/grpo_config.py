@@ -5,6 +5,7 @@ validation of one feature lives next to its fields.
 """
 
 import json
+import os
 from dataclasses import dataclass, field
 
 from trl import GRPOConfig
@@ -12,7 +13,9 @@ from trl import GRPOConfig
 from .._compat import check_training_values
 from ..curation.samplers import CURATION_MODES as CURATION_SAMPLER_MODES
 from ..curation.samplers import PASS_RATE_TARGETS
+from ..extrapolation.trajectory import RECORD_DTYPES as RELEX_RECORD_DTYPES
 from ..lora_init.config import LoraInitArguments
+from ..lora_init.options import rewrites_base
 from ..losses.acpo import ACPO_PAPER_SETTINGS
 from ..losses.clip_recovery import CLIP_RECOVERY_FUNCTION_MODES
 from ..losses.delta import DELTA_PAPER_SETTINGS
@@ -270,6 +273,18 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             `dtype` or `enforce_eager` there), e.g. `{"enforce_eager": True, "dtype": "float32"}`: on a CPU machine
             `enforce_eager` cuts the engine build from ~30 s to ~3 s, and `dtype="float32"` keeps a float32 model in
             float32 (vLLM picks bfloat16 otherwise). See docs/vllm_cpu.md. A server takes its own on its command line.
+
+        relex_record_steps (`int`, *optional*, defaults to `0`):
+            Record the run's checkpoint trajectory for RELEX ("REinforcement Learning EXtrapolation",
+            https://arxiv.org/abs/2605.21468, code https://github.com/weizhepei/RELEX) every this many optimizer steps:
+            θ_0 at the start, then θ_s − θ_0 (`trl_rlvr_ext.extrapolation.RELEXTrajectoryCallback`; under PEFT, the
+            adapter's tensors). `trl-rlvr-ext relex` then fits the rank-r subspace of each tensor's trajectory and
+            writes extrapolated checkpoints. 0: off (stock TRL). The authors record every step (1). Training is
+            unchanged; logged as `relex/recorded_steps` and `relex/record_seconds`.
+        relex_trajectory_dir (`str`, *optional*):
+            The trajectory folder. Defaults to `<output_dir>/relex_trajectory`.
+        relex_record_dtype (`str`, *optional*, defaults to `"float16"`):
+            dtype of the stored deltas: `"float16"` (the authors'), `"bfloat16"` or `"float32"`.
     """
 
     # ---------------------------------------------------------------- Stochastic clip recovery (NSR)
@@ -540,6 +555,25 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         },
     )
 
+    # ---------------------------------------------------------------- RELEX trajectory recorder
+    relex_record_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Record θ_s − θ_0 every this many optimizer steps for RELEX (https://arxiv.org/abs/2605.21468; "
+            "`trl-rlvr-ext relex` extrapolates the trajectory). 0: off (stock TRL). The authors record every step (1)."
+        },
+    )
+    relex_trajectory_dir: str | None = field(
+        default=None, metadata={"help": "The RELEX trajectory folder. Defaults to <output_dir>/relex_trajectory."}
+    )
+    relex_record_dtype: str = field(
+        default="float16",
+        metadata={
+            "help": "dtype of the recorded deltas: float16 (the authors'), bfloat16 or float32.",
+            "choices": list(RELEX_RECORD_DTYPES),
+        },
+    )
+
     def __post_init__(self):
         check_training_values(self)  # before TRL's own checks, which would fail on them less clearly
         super().__post_init__()
@@ -556,6 +590,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         self._check_lora_init()
         self._check_reward_guard()
         self._check_dynamic_sampling()
+        self._check_relex()
         if self.signal_check_steps < 1:
             raise ValueError(
                 f"signal_check_steps must be at least 1, got {self.signal_check_steps}; set signal_check=False to turn "
@@ -816,3 +851,25 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             )
         if self.dynamic_sampling_seed is None:
             self.dynamic_sampling_seed = self.seed + 1
+
+    def _check_relex(self):
+        steps = self.relex_record_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(
+                f"relex_record_steps must be an integer >= 0 (0: off; the authors record every step, 1), got {steps!r}."
+            )
+        if self.relex_record_dtype not in RELEX_RECORD_DTYPES:
+            raise ValueError(
+                f"relex_record_dtype={self.relex_record_dtype!r} is not supported. Use one of "
+                f"{list(RELEX_RECORD_DTYPES)} (the authors store float16 deltas)."
+            )
+        if steps == 0:
+            return
+        if self.lora_init is not None and rewrites_base(self.lora_init):
+            raise ValueError(
+                f"relex_record_steps records the adapter, but lora_init={self.lora_init!r} rewrites the base weights "
+                "(a residual W − γ·B₀A₀): the extrapolated adapters would apply to that residual, not to the saved "
+                "base model. Use lora_init 'rlpo' or 'rlmo' (base untouched), PEFT's default init, or full fine-tuning."
+            )
+        if self.relex_trajectory_dir is None:
+            self.relex_trajectory_dir = os.path.join(self.output_dir, "relex_trajectory")

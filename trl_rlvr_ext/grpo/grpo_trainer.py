@@ -119,6 +119,15 @@ class RLVRGRPOTrainer(
         # vLLM on CPU: weights reach the engine through vLLM's reload path; elsewhere TRL's own sync stays
         self._vllm_cpu_sync = install_cpu_weight_sync(self)
         self._init_signal_check()  # warns about options that cannot act here; watches the first steps' rewards
+        if self.args.relex_record_steps > 0:  # RELEX: records θ_s − θ_0; training itself is unchanged
+            from ..extrapolation.callback import RELEXTrajectoryCallback
+
+            args = self.args
+            self.add_callback(
+                RELEXTrajectoryCallback(
+                    args.relex_trajectory_dir, args.relex_record_steps, args.relex_record_dtype, trainer=self
+                )
+            )
         self._recovery_generator = None
         if self.args.clip_recovery != "none":
             # Each process saves its own generator, so a resumed run draws the same rescue noise as an uninterrupted
