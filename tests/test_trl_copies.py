@@ -204,6 +204,8 @@ EXPECTED_SIGNATURES = {
     "trl_rlvr_ext.evaluation.boundary.BoundaryProbeCallback.on_train_begin": _CALLBACK,
     "trl_rlvr_ext.evaluation.callback.PassAtKCallback.on_step_end": _CALLBACK,
     "trl_rlvr_ext.evaluation.callback.PassAtKCallback.on_train_begin": _CALLBACK,
+    "trl_rlvr_ext.extrapolation.callback.RELEXTrajectoryCallback.on_step_end": _CALLBACK,
+    "trl_rlvr_ext.extrapolation.callback.RELEXTrajectoryCallback.on_train_begin": _CALLBACK,
     "trl_rlvr_ext.grpo.curation_mixin.CurationMixin.__init__": (
         f"(self, model, reward_funcs=None, args=None, {_TRAINER_ARGS}, reward_processing_classes=None, callbacks=None, "
         "optimizers=(None, None), quantization_config=None, peft_config=None, tools=None, rollout_func=None, "
