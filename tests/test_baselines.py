@@ -188,3 +188,33 @@ def test_runs_measured_on_the_validation_problems_make_no_evaluation_set():
     assert baselines.study_evaluation_sets([record("lora_init", validation)]) == []
     (only,) = baselines.study_evaluation_sets([record("lora_init", validation), record("self")])
     assert only["studies"] == ["self"] and only["num_samples"] == 32
+
+
+PRODUCTS = "reasoning_gym:products?min_digits=1&max_digits=1&size=20&test_size=10&dedup=near&format=chat"
+
+
+def test_products_guesses_by_hand_and_graded_under_the_lenient_format():
+    rows = load_named_dataset(PRODUCTS + "&answer=last_number")["test"]
+    row = rows[0]
+    a, b = baselines.prompt_factors(row)
+    assert int(row["answer"]) == a * b and row["answer_format"] == "last_number"
+    rng = random.Random(0)
+    # random_product: a uniform pair of one-digit factors; each of the 100 pairs is drawn
+    pairs = [(x, y) for x in range(10) for y in range(10)]
+    assert {baselines._random_product(row, rng) for _ in range(3000)} == {str(x * y) for x, y in pairs}
+    assert {baselines._copy_factor(row, rng) for _ in range(100)} == {str(a), str(b)}
+    assert {int(baselines._uniform_product(row, rng)) for _ in range(3000)} == set(range(82))
+    # the completion of a lenient format is the bare number, which the reward grades; tags stay tags
+    assert baselines.completion_of("12", PRODUCTS, row["prompt"], "last_number") == [
+        {"role": "assistant", "content": "12"}
+    ]
+    assert baselines.completion_of("12", PRODUCTS, "q", None) == "<answer>12</answer>"
+    reward = get_reward_func("reasoning_gym")
+    num_correct, used = baselines.evaluate_trivial_policy([row], PRODUCTS, reward, "copy_factor", 400, seed=0)
+    assert used == {"products": "copy_factor"}
+    # copy_factor is right when the copied factor is the product: each factor is copied about half the time
+    right = sum(factor == a * b for factor in (a, b))
+    assert abs(num_correct[0] - 200 * right) < 50
+    num_correct, _ = baselines.evaluate_trivial_policy([row], PRODUCTS, reward, "random_product", 4000, seed=0)
+    share = sum(x * y == a * b for x, y in pairs) / 100
+    assert abs(num_correct[0] / 4000 - share) < 0.02, (a, b, share)

@@ -3,11 +3,22 @@
 Answer convention (reasoning-gym's own, so scores compare with its published ones): the completion ends with exactly
 one ``<answer>...</answer>`` block. Free text before it (reasoning) is allowed; after it only whitespace. The block's
 content, extracted by ``reasoning_gym.utils.extract_answer``, is graded by the task's ``score_answer(answer, entry)``.
+
+Lenient answer formats, an explicit option of the dataset name and never a fallback (``answer=first_number`` or
+``answer=last_number``, see `trl_rlvr_ext.tasks.reasoning_gym`): for tasks whose gold answer is one number, the
+answer is the first (last) number written in the completion (`NUMBER`: an optional minus sign, digits, an optional
+decimal part; ``"3 * 4 = 12."`` gives ``"3"`` / ``"12"``). Small instruction-tuned models do not write ``<answer>``
+tags (with the strict format they score 0 and GRPO gets no signal); these formats let them be graded on what they
+write. A lenient format rewards a number anywhere in the text, so a guess among several numbers can score:
+compare results only under the same format, and against the task's trivial policies graded the same way. The dataset
+carries the format in its ``answer_format`` column, which this reward reads.
 """
 
 import functools
 import json
 import re
+
+from ..tasks.reasoning_gym import ANSWER_FORMATS, NUMBER
 
 
 # Exactly one answer block, at the end: "... <answer>42</answer>" (trailing whitespace allowed).
@@ -27,6 +38,24 @@ def extract_reasoning_gym_answer(text) -> str | None:
     from ..tasks.reasoning_gym import import_reasoning_gym
 
     return import_reasoning_gym().utils.extract_answer(text)
+
+
+def extract_answer(text, answer_format: str = "tags") -> str | None:
+    """The answer of a completion under ``answer_format``: ``"tags"`` (`extract_reasoning_gym_answer`, strict),
+    ``"first_number"`` / ``"last_number"`` (the first / last `NUMBER` in the text; ``None`` when it has none).
+
+    ``extract_answer("3 * 4 = 12.", "last_number") == "12"``; ``extract_answer("3 * 4 = 12.", "first_number") == "3"``.
+    """
+    if answer_format == "tags":
+        return extract_reasoning_gym_answer(text)
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"Unknown answer format {answer_format!r}: use one of {list(ANSWER_FORMATS)}.")
+    if not isinstance(text, str):
+        return None
+    numbers = NUMBER.findall(text)
+    if not numbers:
+        return None
+    return numbers[0] if answer_format == "first_number" else numbers[-1]
 
 
 @functools.lru_cache(maxsize=256)
@@ -50,10 +79,13 @@ def _completion_text(completion):
     )
 
 
-def reasoning_gym_reward(completions: list, task: list[str], entry: list[str], task_options=None, **kwargs):
+def reasoning_gym_reward(
+    completions: list, task: list[str], entry: list[str], task_options=None, answer_format=None, **kwargs
+):
     r"""
     Reward of reasoning-gym tasks: the task's ``score_answer`` of the answer in the completion's final
-    ``<answer>...</answer>`` block; 0.0 when the completion does not follow that convention (never an exception).
+    ``<answer>...</answer>`` block (or, where the dataset asks for a lenient format, its first or last number, see the
+    module docstring); 0.0 when the completion has no answer in that format (never an exception).
 
     Args:
         completions (`list[str]` or `list[list[dict[str, str]]]`):
@@ -64,6 +96,9 @@ def reasoning_gym_reward(completions: list, task: list[str], entry: list[str], t
             The dataset's ``entry`` column: the reasoning-gym entry (question, answer, metadata) as JSON.
         task_options (`list[str]`, *optional*):
             The dataset's ``task_options`` column: the generator options as JSON (default: none).
+        answer_format (`list[str]`, *optional*):
+            The dataset's ``answer_format`` column (``answer=`` of the name): ``"tags"``, ``"first_number"`` or
+            ``"last_number"`` per row (default: ``"tags"``, reasoning-gym's convention).
         **kwargs:
             The other dataset columns and trainer arguments; unused.
 
@@ -80,9 +115,13 @@ def reasoning_gym_reward(completions: list, task: list[str], entry: list[str], t
             )
     if task_options is None:
         task_options = ["{}"] * len(completions)
+    if answer_format is None:
+        answer_format = ["tags"] * len(completions)
     rewards = []
-    for completion, row_task, row_entry, options in zip(completions, task, entry, task_options):
-        answer = extract_reasoning_gym_answer(_completion_text(completion))
+    for completion, row_task, row_entry, options, row_format in zip(
+        completions, task, entry, task_options, answer_format
+    ):
+        answer = extract_answer(_completion_text(completion), row_format)
         if answer is None:
             rewards.append(0.0)
             continue

@@ -17,6 +17,10 @@ thing a tiny model picks up first and guessing the rest:
   and guesses every carry with a fair coin (it knows digit addition, not carrying, the task's skill);
   ``no_carries`` drops every carry (right exactly on the problems without one); ``uniform_support`` draws a sum
   uniformly from the range the operand width allows.
+- ``products``: ``random_product`` multiplies random factors with the prompt's digit counts (it knows
+  multiplication and the answer's shape, not the factors); ``copy_factor`` answers one of the prompt's factors
+  (right when another factor is 1, or the copied one 0); ``uniform_support`` draws an integer uniformly from 0 to
+  the largest product the digit counts allow.
 - ``countdown``: ``random_expression`` writes the prompt's numbers in a random order with a random operator at each
   node and a random bracketing (`trl_rlvr_ext.tasks.countdown.random_expression`): it knows the answer's form (each
   number once, the four operators), not the arithmetic that reaches the target.
@@ -30,6 +34,7 @@ schema, on exactly the problems a study evaluated (the first ``eval_problems`` h
 
 import dataclasses
 import json
+import math
 import random
 import time
 from collections.abc import Callable
@@ -132,6 +137,31 @@ def _copy_term(row: dict, rng: random.Random) -> str:
     return str(rng.choice(prompt_terms(row)))
 
 
+def prompt_factors(row: dict) -> list[int]:
+    """The factors of a products prompt, ``"... 4 * 12. ..." -> [4, 12]`` (read from its expression)."""
+    expression = _entry(row)["metadata"]["expression"]
+    if expression not in _prompt_text(row):
+        raise ValueError(f"The expression {expression!r} of the entry is not in the prompt {row['prompt']!r}.")
+    return [int(factor) for factor in expression.split("*")]
+
+
+def _random_with_digits(factor: int, rng: random.Random) -> int:
+    digits = len(str(abs(factor)))
+    return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
+
+
+def _random_product(row: dict, rng: random.Random) -> str:
+    return str(math.prod(_random_with_digits(factor, rng) for factor in prompt_factors(row)))
+
+
+def _copy_factor(row: dict, rng: random.Random) -> str:
+    return str(rng.choice(prompt_factors(row)))
+
+
+def _uniform_product(row: dict, rng: random.Random) -> str:
+    return str(rng.randint(0, math.prod(10 ** len(str(abs(f))) - 1 for f in prompt_factors(row))))
+
+
 def toy_operands(row: dict) -> tuple[str, str]:
     """The two little-endian operand strings of a toy prompt, ``"740+580=" -> ("740", "580")``."""
     left, _, right = _prompt_text(row).rstrip("=").partition("+")
@@ -200,6 +230,23 @@ POLICIES: dict[str, list[TrivialPolicy]] = {
             _uniform_chain_sum,
         ),
         TrivialPolicy("copy_term", "chain_sum", "copy_term", "one of the prompt's signed terms", _copy_term),
+    ],
+    "products": [
+        TrivialPolicy(
+            "random_product",
+            "products",
+            "random_product",
+            "the product of random factors with the prompt's digit counts",
+            _random_product,
+        ),
+        TrivialPolicy("copy_factor", "products", "copy_factor", "one of the prompt's factors", _copy_factor),
+        TrivialPolicy(
+            "uniform_support",
+            "products",
+            "uniform_support",
+            "an integer uniform from 0 to the largest product the digit counts allow",
+            _uniform_product,
+        ),
     ],
     "countdown": [
         TrivialPolicy(
@@ -271,11 +318,18 @@ def policy_for(task: str, name: str) -> TrivialPolicy | None:
     return next((policy for policy in policies if policy.name == name), policies[0] if policies else None)
 
 
-def completion_of(answer: str, dataset: str, prompt) -> "str | list[dict]":
-    """The completion that states ``answer`` under the dataset's reward convention, in the prompt's format."""
+def completion_of(answer: str, dataset: str, prompt, answer_format: str | None = None) -> "str | list[dict]":
+    """The completion that states ``answer`` under the dataset's reward convention (the row's ``answer_format``:
+    the bare answer for the lenient numeric formats, else reasoning-gym's ``<answer>`` tags), in the prompt's
+    format."""
     from ..toy.task import format_completion
 
-    text = format_completion(answer) if dataset.startswith("toy:") else f"<answer>{answer}</answer>"
+    if dataset.startswith("toy:"):
+        text = format_completion(answer)
+    elif answer_format in (None, "tags"):
+        text = f"<answer>{answer}</answer>"
+    else:
+        text = answer
     return text if isinstance(prompt, str) else [{"role": "assistant", "content": text}]
 
 
@@ -294,7 +348,10 @@ def evaluate_trivial_policy(rows: list[dict], dataset: str, reward: Callable, na
             raise ValueError(f"There is no trivial policy for the task {task!r}; those there are: {sorted(POLICIES)}.")
         used[task] = policy.name
         rng = rngs.setdefault((task, policy.family), random.Random(f"trivial/{task}/{policy.family}/{seed}"))
-        completions = [completion_of(policy.guess(row, rng), dataset, row["prompt"]) for _ in range(num_samples)]
+        completions = [
+            completion_of(policy.guess(row, rng), dataset, row["prompt"], row.get("answer_format"))
+            for _ in range(num_samples)
+        ]
         columns = {key: [row[key]] * num_samples for key in row if key != "prompt"}
         correct = grade([reward], [row["prompt"]] * num_samples, completions, [[]] * num_samples, columns)
         num_correct.append(int(correct.sum()))

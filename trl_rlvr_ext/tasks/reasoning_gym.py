@@ -16,8 +16,16 @@ Options (everything after ``?``, ``&``-separated):
 
 - ``size`` (default 1000): train problems; ``test_size`` (default 200): held-out problems.
 - ``seed`` (default 0): the train split is reasoning-gym's dataset at this seed.
-- ``format``: ``standard`` (default; the prompt is the question text) or ``conversational`` (a system message with
-  reasoning-gym's default system prompt, which asks for ``<answer>...</answer>``, then the question as a user message).
+- ``format``: ``standard`` (default; the prompt is the question text), ``conversational`` (a system message with
+  reasoning-gym's default system prompt, which asks for ``<answer>...</answer>``, then the question as a user message)
+  or ``chat`` (the question as the only, user, message: the model's chat template adds its own system prompt; for
+  instruction-tuned models that do not follow reasoning-gym's answer-tag instruction, with a lenient ``answer``).
+- ``answer`` (default ``tags``): how the reward reads a completion's answer (`ANSWER_FORMATS`). ``tags`` is
+  reasoning-gym's convention, one final ``<answer>...</answer>`` block. ``first_number`` / ``last_number`` read the
+  first / last number written anywhere in the completion (`trl_rlvr_ext.rewards.reasoning_gym.extract_answer`): a
+  lenient, explicit option for tasks whose gold answer is one number (a name whose gold answers are not all single
+  numbers fails), so a model that answers "3 * 4 = 12" is graded on what it wrote. It adds an ``answer_format``
+  column; compare results only under one format, against trivial policies graded the same way.
 - ``strip_template`` (default false): remove the constant text every question of a task starts and ends with
   (reasoning-gym prompts carry a fixed natural-language prefix, e.g. ``"State the final answer to the following
   arithmetic problem: "``), leaving the varying part (``"4 - 1 - 7 ="``). The constant part is the longest common
@@ -36,7 +44,7 @@ Options (everything after ``?``, ``&``-separated):
 - ``dedup`` (default ``exact``): which held-out problems are dropped as copies of train ones. ``exact``: the same
   question. ``near``: also the same problem up to a reordering (`near_duplicate_key`: chain_sum the multiset of
   signed terms, number_sorting the multiset of numbers, countdown the multiset of numbers and the target, any other task its question with case and whitespace
-  normalised), so ``"3 + 4 - 1"`` is dropped when ``"4 - 1 + 3"`` is a train problem.
+  normalised; products the multiset of factors), so ``"3 + 4 - 1"`` is dropped when ``"4 - 1 + 3"`` is a train problem.
 - ``stratify`` (default false): draw the held-out split with the train split's composition over the generator's own
   options (`problem_stratum`: the task of a mixture, and the per-problem values of the options reasoning-gym lists
   as the problem's difficulty, e.g. chain_sum's ``num_terms`` and ``num_digits``): each stratum gets its share of
@@ -50,13 +58,14 @@ split is dropped (and the held-out split keeps each question once), drawing on u
 
 Columns: ``prompt``; ``answer`` (the gold answer string); ``task`` (the reasoning-gym task of the row); ``entry``
 (the reasoning-gym entry, question/answer/metadata, as JSON); ``task_options`` (the task's generator options, JSON);
-``idx`` (the row's position in its split). The reward `trl_rlvr_ext.rewards.reasoning_gym.reasoning_gym_reward` reads
-``task``, ``entry`` and ``task_options`` and grades with the task's own ``score_answer``.
+``idx`` (the row's position in its split); with a lenient ``answer``, ``answer_format``. The reward `trl_rlvr_ext.rewards.reasoning_gym.reasoning_gym_reward` reads
+``task``, ``entry``, ``task_options`` (and ``answer_format``) and grades with the task's own ``score_answer``.
 """
 
 import dataclasses
 import difflib
 import json
+import re
 
 from .countdown import compact_question
 
@@ -66,14 +75,29 @@ INSTALL_HINT = 'pip install "reasoning-gym>=0.1.25" (from a clone of trl-rlvr-ex
 # Far beyond any train size: train items use RNG seeds [seed, seed + size), held-out items [seed + OFFSET, ...).
 TEST_SEED_OFFSET = 1_000_000_007
 # Options of the name that are ours, not the generator's.
-RESERVED_OPTIONS = ("size", "test_size", "seed", "format", "strip_template", "compact", "dedup", "stratify")
-FORMATS = ("standard", "conversational")
+RESERVED_OPTIONS = (
+    "size",
+    "test_size",
+    "seed",
+    "format",
+    "answer",
+    "strip_template",
+    "compact",
+    "dedup",
+    "stratify",
+)
+FORMATS = ("standard", "conversational", "chat")
+# answer=: reasoning-gym's strict <answer> tags, or the first / last plain decimal number of the completion (NUMBER;
+# thousands separators and exponents are not read).
+ANSWER_FORMATS = ("tags", "first_number", "last_number")
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 DEDUP_MODES = ("exact", "near")
 _DEFAULTS = {
     "size": 1000,
     "test_size": 200,
     "seed": 0,
     "format": "standard",
+    "answer": "tags",
     "strip_template": False,
     "compact": False,
     "dedup": "exact",
@@ -127,6 +151,7 @@ class ReasoningGymSpec:
     test_size: int = 200
     seed: int = 0
     format: str = "standard"
+    answer: str = "tags"
     strip_template: bool = False
     compact: bool = False
     dedup: str = "exact"
@@ -220,6 +245,11 @@ def parse_name(name: str) -> ReasoningGymSpec:
         raise ValueError(f"size={settings['size']} is too large: keep it below {TEST_SEED_OFFSET}.")
     if settings["format"] not in FORMATS:
         raise ValueError(f"format={settings['format']!r} in {name!r}: use one of {list(FORMATS)}.")
+    if settings["answer"] not in ANSWER_FORMATS:
+        raise ValueError(
+            f"answer={settings['answer']!r} in {name!r}: use one of {list(ANSWER_FORMATS)} (tags: reasoning-gym's "
+            "<answer> block; first_number / last_number: a lenient read of a numeric answer)."
+        )
     for key in ("strip_template", "compact", "stratify"):
         if not isinstance(settings[key], bool):
             raise TypeError(f"{key}={settings[key]!r} in {name!r}: use true or false.")
@@ -304,6 +334,8 @@ def _strip(question: str, prefix: str, suffix: str) -> str:
 def _prompt(question: str, spec: ReasoningGymSpec):
     if spec.format == "standard":
         return question
+    if spec.format == "chat":
+        return [{"role": "user", "content": question}]
     from reasoning_gym.utils import SYSTEM_PROMPTS
 
     return [{"role": "system", "content": SYSTEM_PROMPTS["default"]}, {"role": "user", "content": question}]
@@ -311,8 +343,17 @@ def _prompt(question: str, spec: ReasoningGymSpec):
 
 def _rows(entries: list[dict], spec: ReasoningGymSpec, affixes: dict) -> dict:
     columns = {"prompt": [], "answer": [], "task": [], "entry": [], "task_options": [], "idx": []}
+    lenient = spec.answer != "tags"
+    if lenient:
+        # Only then: a name without answer= keeps the columns (and the dataset's fingerprint) it always had.
+        columns["answer_format"] = []
     for i, entry in enumerate(entries):
         task = _entry_task(entry, spec)
+        if lenient and NUMBER.fullmatch(str(entry["answer"]).strip()) is None:
+            raise ValueError(
+                f"answer={spec.answer} reads a number, but the gold answer {entry['answer']!r} of a {task} problem is "
+                "not one number: use answer=tags for this task (the lenient formats are for numeric answers)."
+            )
         question = entry["question"]
         if spec.strip_template:
             question = _strip(question, *affixes.get(task, ("", "")))
@@ -324,6 +365,8 @@ def _rows(entries: list[dict], spec: ReasoningGymSpec, affixes: dict) -> dict:
         columns["entry"].append(json.dumps(entry, default=str, sort_keys=True))
         columns["task_options"].append(json.dumps(spec.options[task], sort_keys=True))
         columns["idx"].append(i)
+        if lenient:
+            columns["answer_format"].append(spec.answer)
     return columns
 
 
@@ -344,6 +387,11 @@ def _number_sorting_key(entry: dict) -> tuple:
     return tuple(sorted(float(number) for number in entry["metadata"]["original_numbers"]))
 
 
+def _products_key(entry: dict) -> tuple:
+    # "4 * 1" and "1 * 4": the same factors, the same product.
+    return tuple(sorted(int(factor) for factor in entry["metadata"]["expression"].split("*")))
+
+
 def _countdown_key(entry: dict) -> tuple:
     # The three prompt templates and the shuffled number order change the question, not the problem.
     return (tuple(sorted(entry["metadata"]["numbers"])), entry["metadata"]["target"])
@@ -352,14 +400,20 @@ def _countdown_key(entry: dict) -> tuple:
 # task -> the prompt of compact=true: the problem's data without the question's template.
 COMPACT_QUESTIONS = {"countdown": compact_question}
 # task -> the identity of a problem up to reordering; the other tasks fall back to the normalised question.
-NEAR_DUPLICATE_KEYS = {"chain_sum": _chain_sum_key, "number_sorting": _number_sorting_key, "countdown": _countdown_key}
+NEAR_DUPLICATE_KEYS = {
+    "chain_sum": _chain_sum_key,
+    "number_sorting": _number_sorting_key,
+    "countdown": _countdown_key,
+    "products": _products_key,
+}
 
 
 def near_duplicate_key(entry: dict, task: str) -> tuple:
     """What two problems share when one is a reordering of the other: chain_sum the multiset of signed terms
     (``"4 - 1 + 3"`` and ``"3 + 4 - 1"``, same answer), number_sorting the multiset of numbers (whatever the order
     and the direction asked for), countdown the multiset of numbers and the target (whatever the prompt template and
-    the order the numbers are listed in), any other task its question lower-cased with whitespace collapsed."""
+    the order the numbers are listed in), products the multiset of factors (``"4 * 1"`` and ``"1 * 4"``), any other
+    task its question lower-cased with whitespace collapsed."""
     key = NEAR_DUPLICATE_KEYS.get(task)
     return (task, key(entry) if key else " ".join(entry["question"].lower().split()))
 
@@ -594,7 +648,9 @@ def load_reasoning_gym(name: str):
 
 
 __all__ = [
+    "ANSWER_FORMATS",
     "INSTALL_HINT",
+    "NUMBER",
     "PREFIX",
     "TEST_SEED_OFFSET",
     "ReasoningGymSpec",
