@@ -22,6 +22,7 @@ COMMANDS = {
     "eval": ("eval", "Pass@k evaluation of one or more models: JSON + PNG curve"),
     "study": ("study", "run a study (arms x seeds, Pass@k table and plots), e.g. self"),
     "baselines": ("study_baselines", "trivial-policy baselines (guesses from the prompt) of studies' evaluation sets"),
+    "screen": ("screen_tasks", "screen tasks for a model's learnable regime (base vs trivial pass@k), rendered page"),
     "relex": ("relex", "RELEX: fit a recorded checkpoint trajectory, write extrapolated checkpoints"),
     "curate": ("curate", "score a dataset's prompts (pass rate, greedy) and filter"),
     "score-behavior": ("score_behavior", "add behavior_*_logps columns to a preference dataset for IS-DPO"),
