@@ -18,6 +18,12 @@ def make_parser() -> argparse.ArgumentParser:
         "(little-endian addition). Prints held-out accuracy before and after.",
         formatter_class=HelpFormatter,
     )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="A real pretrained model instead of the toy (smollm2-135m-instruct): GRPO + LoRA on a reasoning-gym task; "
+        "its options: trl-rlvr-ext demo --model smollm2-135m-instruct --help.",
+    )
     parser.add_argument("--output-dir", default="outputs/demo", help="Where the trained model and the logs go.")
     parser.add_argument("--seed", type=int, default=0, help="Training seed (the base model has its own).")
     parser.add_argument(
@@ -72,6 +78,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 def cli_main(argv: list[str] | None = None) -> int:
     """Entry point of ``trl-rlvr-ext demo`` (and ``python -m trl_rlvr_ext.scripts.demo``); returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(arg == "--model" or arg.startswith("--model=") for arg in argv) or "--render" in argv:
+        from .demo_pretrained import cli_main as pretrained_main
+
+        return pretrained_main(argv)
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.quick:
