@@ -9,6 +9,7 @@ import os
 import sys
 
 from .common import HelpFormatter
+from .demo_common import check_demo_batch
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -88,16 +89,11 @@ def cli_main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.max_steps, args.num_test, args.eval_samples, args.eval_every = min(args.max_steps, 8), 50, 4, 0
         args.warmstart_steps = min(args.warmstart_steps, 100)
-    for name in ("max_steps", "num_prompts", "num_generations", "steps_per_generation", "num_test", "eval_samples"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
-    if args.num_generations < 2:
-        parser.error("--num-generations must be at least 2: GRPO's advantage compares completions of one prompt.")
-    if (args.num_prompts * args.num_generations) % args.steps_per_generation:
-        parser.error(
-            f"--num-prompts x --num-generations ({args.num_prompts * args.num_generations}) must be divisible by "
-            f"--steps-per-generation ({args.steps_per_generation}): each optimiser step takes an equal share."
-        )
+    check_demo_batch(
+        parser,
+        args,
+        ("max_steps", "num_prompts", "num_generations", "steps_per_generation", "num_test", "eval_samples"),
+    )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from .demo_run import run_demo

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from .common import HelpFormatter
+from .demo_common import check_demo_batch, demo_grpo_config
 
 
 PROG = "trl-rlvr-ext demo"
@@ -84,16 +85,11 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("max_steps", "num_prompts", "steps_per_generation", "eval_problems", "eval_samples", "lora_layers"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}.")
-    if args.num_generations < 2:
-        parser.error("--num-generations must be at least 2: GRPO's advantage compares completions of one prompt.")
-    if (args.num_prompts * args.num_generations) % args.steps_per_generation:
-        parser.error(
-            f"--num-prompts x --num-generations ({args.num_prompts * args.num_generations}) must be divisible by "
-            f"--steps-per-generation ({args.steps_per_generation}): each optimiser step takes an equal share."
-        )
+    check_demo_batch(
+        parser,
+        args,
+        ("max_steps", "num_prompts", "steps_per_generation", "eval_problems", "eval_samples", "lora_layers"),
+    )
     if args.method in ("nsr", "acpo") and args.steps_per_generation < 2:
         parser.error(
             f"--method {args.method} acts on the clip, which only binds when a generation batch is reused: set "
@@ -126,9 +122,7 @@ def run_pretrained_demo(args: argparse.Namespace) -> dict:
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .._compat import activation_checkpointing_kwargs
     from ..data import load_named_dataset, resolve_model_name_or_path
-    from ..grpo.grpo_config import RLVRGRPOConfig
     from ..grpo.grpo_trainer import RLVRGRPOTrainer
     from ..rewards import get_reward_func
     from .screen_tasks import _provenance
@@ -167,25 +161,12 @@ def run_pretrained_demo(args: argparse.Namespace) -> dict:
         layers_to_transform=list(range(num_layers - args.lora_layers, num_layers)),
         task_type="CAUSAL_LM",
     )
-    config = RLVRGRPOConfig(
-        output_dir=str(output_dir),
-        loss_type="dapo",
-        beta=0.0,
-        learning_rate=args.learning_rate,
-        lr_scheduler_type="constant",
-        num_generations=args.num_generations,
-        per_device_train_batch_size=args.num_prompts * args.num_generations // args.steps_per_generation,
-        steps_per_generation=args.steps_per_generation,
-        gradient_accumulation_steps=1,
+    config = demo_grpo_config(
+        args,
+        str(output_dir),
         max_completion_length=args.max_completion_length,
         temperature=args.temperature,
-        max_steps=args.max_steps,
         logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        **activation_checkpointing_kwargs(False),  # 135 M parameters, short sequences: memory is not the limit
-        seed=args.seed,
         **METHODS[args.method],
     )
     trainer = RLVRGRPOTrainer(

@@ -46,13 +46,12 @@ def run_demo(args) -> dict:
     from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    from .._compat import activation_checkpointing_kwargs
-    from ..grpo.grpo_config import RLVRGRPOConfig
     from ..grpo.grpo_trainer import RLVRGRPOTrainer
     from ..rewards.toy import toy_accuracy_reward
     from ..toy.evaluate import evaluate_accuracy
     from ..toy.task import make_task_datasets
     from ..toy.warmstart import get_base_model_path, is_base_model_cached
+    from .demo_common import demo_grpo_config
 
     if args.num_threads is not None:
         torch.set_num_threads(args.num_threads)
@@ -111,28 +110,15 @@ def run_demo(args) -> dict:
         def on_log(self, _args, state, control, logs=None, **kwargs):
             logger.write({"step": state.global_step, **(logs or {})})
 
-    config = RLVRGRPOConfig(
-        output_dir=str(output_dir),
+    config = demo_grpo_config(
+        args,
+        str(output_dir),
         clip_recovery=args.clip_recovery,
-        loss_type="dapo",
         epsilon=0.2,
         epsilon_high=0.28,
-        beta=0.0,
-        learning_rate=args.learning_rate,
-        lr_scheduler_type="constant",
-        num_generations=args.num_generations,
-        per_device_train_batch_size=args.num_prompts * args.num_generations // args.steps_per_generation,
-        steps_per_generation=args.steps_per_generation,
-        gradient_accumulation_steps=1,
         max_completion_length=args.max_digits + 4,  # "[" + (max_digits + 1) digits + "]" + EOS
         temperature=1.0,
-        max_steps=args.max_steps,
         logging_steps=max(1, min(25, args.max_steps // 4)),
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        **activation_checkpointing_kwargs(False),  # TRL turns it on by default; the tiny model does not need it
-        seed=args.seed,
     )
     trainer = RLVRGRPOTrainer(
         model=model,
