@@ -85,16 +85,23 @@ def contenders(rank):
     }
 
 
-def run_size(d_out, d_in, args, deadline: float = math.inf):
+def run_size(d_out, d_in, args, deadline: float = math.inf, weight=None, label=None):
     """Time every contender on one layer. Returns ({name: (median s, speed-up, subspace error, energy error)}, the
     number of repeats run).
 
     ``args`` needs ``rank``, ``repeats``, ``decay`` and (optionally) ``device``. Once ``time.monotonic()`` passes
-    ``deadline``, no further repeat starts (at least one always runs)."""
+    ``deadline``, no further repeat starts (at least one always runs). ``weight``: a given (d_out, d_in) weight, e.g.
+    a pretrained model's, instead of the power-law construction (its exact subspaces from a float64 SVD); ``label``
+    names it in the printout."""
     device = getattr(args, "device", "cpu")
-    W, V_construct, s = make_weight(d_out, d_in, args.decay)
+    if weight is None:
+        W, V_construct, s = make_weight(d_out, d_in, args.decay)
+    else:
+        W = weight.detach().float().cpu()
+        if tuple(W.shape) != (d_out, d_in):
+            raise ValueError(f"weight has shape {tuple(W.shape)}, not ({d_out}, {d_in})")
     r = args.rank
-    if max(d_out, d_in) <= 3000:
+    if weight is not None or max(d_out, d_in) <= 3000:
         _, S_ref, Vh_ref = torch.linalg.svd(W.double(), full_matrices=False)
         reference = "float64 SVD of W"
     else:
@@ -128,9 +135,8 @@ def run_size(d_out, d_in, args, deadline: float = math.inf):
                 energies[name] = abs(float((W.double() @ Q).square().sum() / ref_s.square().sum()) - 1)
             del model, module
     baseline = "PEFT pissa (full SVD)"
-    print(
-        f"\n== {d_out}x{d_in}, r={r}, spectrum i^-{args.decay}, {repeats} repeat(s) on {device}; reference: {reference}"
-    )
+    what = label or f"spectrum i^-{args.decay}"
+    print(f"\n== {d_out}x{d_in}, r={r}, {what}, {repeats} repeat(s) on {device}; reference: {reference}")
     print(f"{'contender':24s} {'median s':>9s} {'speed-up':>9s} {'subspace err':>13s} {'energy err':>11s}")
     summary = {}
     for name in names:
