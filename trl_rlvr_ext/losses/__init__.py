@@ -19,9 +19,11 @@ from .popo import (
     PopoPredictor,
     entropy_from_logits,
     masked_mean_pool,
+    mean_token_logps,
     popo_kl_k3,
     popo_loss,
     popo_weights,
+    popo_weights_from_means,
 )
 from .ppo import ppo_clipped_objective
 from .rsi import (
@@ -61,11 +63,13 @@ __all__ = [
     "is_daa_weight_stats",
     "is_daa_weights",
     "masked_mean_pool",
+    "mean_token_logps",
     "nsr_expected_weight",
     "nsr_rescue_probability",
     "popo_kl_k3",
     "popo_loss",
     "popo_weights",
+    "popo_weights_from_means",
     "ppo_clipped_objective",
     "ratio_percentiles",
     "relative_surprisal_index",

@@ -77,6 +77,41 @@ def _check_weight_arguments(weight_mode, temperature, num_generations, batch_siz
         )
 
 
+def mean_token_logps(
+    per_token_logps: torch.Tensor, completion_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """m_i = Σ_t ℓ_{i,t}·mask_{i,t} / max(1, Σ_t mask_{i,t}) and the length max(1, Σ_t mask_{i,t}), float32, detached,
+    each ``(B,)``: what the weights read (a trainer gathers these across processes, not the ``(B, T)`` log-probs)."""
+    with torch.no_grad():
+        mask = completion_mask.float()
+        lengths = mask.sum(-1).clamp(min=1.0)
+        return (per_token_logps.float() * mask).sum(-1) / lengths, lengths
+
+
+def popo_weights_from_means(
+    mean_logps: torch.Tensor,
+    lengths: torch.Tensor,
+    positive: torch.Tensor,
+    num_generations: int,
+    weight_mode: str = "softmax",
+    temperature: float = 1.0,
+    length_normalize: bool = False,
+) -> torch.Tensor:
+    """`popo_weights` from the per-rollout mean log-probs and lengths of `mean_token_logps` (same arguments)."""
+    _check_weight_arguments(weight_mode, temperature, num_generations, mean_logps.shape[0])
+    with torch.no_grad():
+        pos = positive.bool().view(-1, num_generations)
+        if weight_mode == "softmax":
+            scores = mean_logps.float().view(-1, num_generations).masked_fill(~pos, float("-inf"))
+            weights = torch.nan_to_num(torch.softmax(scores / temperature, dim=-1), nan=0.0)  # no positive: 0
+        else:
+            weights = pos.float() / pos.float().sum(-1, keepdim=True).clamp(min=1.0)
+        if length_normalize:
+            weights = weights / lengths.float().view(-1, num_generations) * pos.float()
+            weights = weights / weights.sum(-1, keepdim=True).clamp(min=1e-8)
+        return weights.reshape(-1)
+
+
 def popo_weights(
     per_token_logps: torch.Tensor,
     completion_mask: torch.Tensor,
@@ -103,21 +138,10 @@ def popo_weights(
         temperature: the softmax temperature (the authors': 1.0).
         length_normalize: the authors' `length_normalize_weights` (default off).
     """
-    _check_weight_arguments(weight_mode, temperature, num_generations, per_token_logps.shape[0])
-    with torch.no_grad():
-        mask = completion_mask.float()
-        pos = positive.bool().view(-1, num_generations)
-        if weight_mode == "softmax":
-            mean_logp = (per_token_logps.float() * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-            scores = mean_logp.view(-1, num_generations).masked_fill(~pos, float("-inf"))
-            weights = torch.nan_to_num(torch.softmax(scores / temperature, dim=-1), nan=0.0)
-        else:
-            weights = pos.float() / pos.float().sum(-1, keepdim=True).clamp(min=1.0)
-        if length_normalize:
-            lengths = mask.sum(-1).clamp(min=1.0).view(-1, num_generations)
-            weights = weights / lengths * pos.float()
-            weights = weights / weights.sum(-1, keepdim=True).clamp(min=1e-8)
-        return weights.reshape(-1)
+    means, lengths = mean_token_logps(per_token_logps, completion_mask)
+    return popo_weights_from_means(
+        means, lengths, positive, num_generations, weight_mode, temperature, length_normalize
+    )
 
 
 def masked_mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
