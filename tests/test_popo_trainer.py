@@ -151,3 +151,48 @@ def test_popo_with_a_lora_adapter_shares_the_frozen_base(tiny_model_path, tmp_pa
 def test_config_refusals(tmp_path, overrides, message):
     with pytest.raises(ValueError, match=message):
         RLVRGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **{"objective": "popo", **overrides})
+
+
+def test_the_trainer_loss_is_the_authors_on_a_batch(tiny_model_path, tmp_path):
+    """`_popo_compute_loss` on a generated batch equals the authors' `_compute_loss` arithmetic re-done by hand: full
+    logits / T, their chunked entropy, hidden_states[-1] pooled over the completion for the online model and the EMA
+    copy, the predictor, `POPOLoss` (noise off, so the comparison is deterministic), over the accumulation steps."""
+    from test_popo_loss import authors_entropy, authors_loss, authors_pool
+
+    trainer = _trainer(tiny_model_path, tmp_path, max_steps=1, temperature=0.7, popo_feature_noise_std=0.0)
+    trainer.model.train()
+    inputs = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in range(8)])
+    trainer.current_gradient_accumulation_steps = 2
+    ours = trainer._popo_compute_loss(trainer.model, inputs)
+    prompt_len, k = inputs["prompt_ids"].size(1), inputs["completion_ids"].size(1)
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+    mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+    cmask = inputs["completion_mask"]
+    out = trainer.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    logits = out.logits[:, :-1, :][:, -k:, :] / 0.7
+    logps = torch.log_softmax(logits.float(), -1).gather(-1, inputs["completion_ids"][..., None])[..., 0]
+    predicted = trainer._popo_predictor(authors_pool(out.hidden_states[-1][:, prompt_len:], cmask))
+    with torch.no_grad():
+        target_hidden = trainer._popo_ema(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    target = authors_pool(target_hidden[-1][:, prompt_len:], cmask)
+    weights = inputs["popo_weights"]
+    assert inputs["popo_positive"].any() and torch.equal(inputs["popo_positive"], weights > 0)
+    theirs, *_ = authors_loss(logps, cmask, weights, authors_entropy(logits), predicted, target, 0.1, 0.01)
+    torch.testing.assert_close(ours, theirs / 2, rtol=1e-5, atol=1e-6)
+
+
+def test_popo_in_evaluation(tiny_model_path, tmp_path):
+    """Evaluation computes the loss too (no noise, weights on eval groups), logged as eval_popo/*."""
+    args = RLVRGRPOConfig(
+        **grpo_kwargs(tmp_path, **{**POPO, "max_steps": 2, "eval_strategy": "steps", "eval_steps": 2})
+    )
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path,
+        reward_funcs=digit_reward,
+        args=args,
+        train_dataset=prompt_dataset(),
+        eval_dataset=prompt_dataset(4),
+    )
+    trainer.train()
+    evals = [log for log in trainer.state.log_history if "eval_loss" in log]
+    assert evals and "eval_popo/nll_loss" in evals[0] and "eval_popo/groups_with_positive" in evals[0]
