@@ -215,3 +215,17 @@ def test_toy_popo_recipe_runs_through_the_script(tiny_model_path, tmp_path):
     trainer = grpo_script.main(script_args, training_args, model_args, dataset_args)
     logs = [log for log in trainer.state.log_history if "loss" in log]
     assert len(logs) == 2 and all("popo/nll_loss" in log and "popo/groups_with_positive" in log for log in logs)
+
+
+def test_sharded_training_and_low_precision_ema(tiny_model_path, tmp_path, caplog):
+    """DeepSpeed and FSDP are refused (the EMA copy and the predictor are not sharded); an EMA copy in bfloat16 is
+    said in the log (updates below its rounding are lost)."""
+    trainer = _trainer(tiny_model_path, tmp_path, max_steps=1)
+    for flag in ("is_deepspeed_enabled", "is_fsdp_enabled"):
+        trainer.is_deepspeed_enabled = trainer.is_fsdp_enabled = False
+        setattr(trainer, flag, True)
+        with pytest.raises(ValueError, match="DeepSpeed and FSDP are refused"):
+            trainer._popo_setup()
+    with caplog.at_level("WARNING", logger="trl_rlvr_ext.grpo.popo"):
+        _trainer(tiny_model_path, tmp_path / "bf16", max_steps=1, model_init_kwargs={"dtype": "bfloat16"}, bf16=False)
+    assert any("EMA copy holds trainable weights in torch.bfloat16" in r.getMessage() for r in caplog.records)

@@ -20,6 +20,7 @@ src/popo/trainer.py) runs them; the maths is `trl_rlvr_ext.losses.popo`.
 """
 
 import copy
+import logging
 
 import torch
 from transformers import TrainerCallback
@@ -39,6 +40,7 @@ from .checkpoint_state import CheckpointState
 
 
 POPO_STATE_FILE = "popo_state.pt"
+logger = logging.getLogger(__name__)
 
 
 class _PopoCallback(TrainerCallback):
@@ -84,6 +86,17 @@ class PopoMixin:
         self._popo_ema_names = [n for n, _, _ in trainable]
         self._popo_ema_params = torch.nn.ParameterList([t for _, t, _ in trainable])
         self._popo_online_params = torch.nn.ParameterList([o for _, _, o in trainable])
+        low = sorted({str(p.dtype) for p in self._popo_ema_params if p.dtype in (torch.bfloat16, torch.float16)})
+        if low and 0 < args.popo_tau < 1:
+            # ξ + (1 − τ)(θ − ξ) rounds back to ξ wherever the step is below half its spacing: the copy lags more than τ
+            # says (the authors' code keeps the model's dtype too). Float32 trainable weights (LoRA's) avoid it.
+            logger.warning(
+                "objective='popo': the EMA copy holds trainable weights in %s, where an update (1 - popo_tau) * (theta - "
+                "xi) = %g * (theta - xi) below half the spacing of xi is rounded away, so the target lags more than "
+                "popo_tau says. Load the model in float32 (bf16=True still trains under autocast) or use LoRA.",
+                ", ".join(low),
+                1 - args.popo_tau,
+            )
         with torch.random.fork_rng(devices=[]):  # the same predictor on every process; the global RNG untouched
             torch.manual_seed(args.seed)
             predictor = PopoPredictor(
