@@ -229,3 +229,23 @@ def test_sharded_training_and_low_precision_ema(tiny_model_path, tmp_path, caplo
     with caplog.at_level("WARNING", logger="trl_rlvr_ext.grpo.popo"):
         _trainer(tiny_model_path, tmp_path / "bf16", max_steps=1, model_init_kwargs={"dtype": "bfloat16"}, bf16=False)
     assert any("EMA copy holds trainable weights in torch.bfloat16" in r.getMessage() for r in caplog.records)
+
+
+def test_neg_logp_delta_measures_the_negatives_change(tiny_model_path, tmp_path):
+    """popo_neg_logp_delta: from the second generation batch on, the previous batch's negatives re-scored after the
+    update; with a zero learning rate nothing moved (0 up to batch-shape rounding), with a real one it did."""
+    still = _trainer(tiny_model_path, tmp_path / "still", max_steps=3, learning_rate=0.0, popo_neg_logp_delta=True)
+    still.train()
+    deltas = [log["popo/neg_logp_delta"] for log in _step_logs(still) if "popo/neg_logp_delta" in log]
+    assert len(deltas) == 2 and all(abs(d) < 1e-5 for d in deltas)
+    moving = _trainer(tiny_model_path, tmp_path / "moving", max_steps=3, popo_neg_logp_delta=True)
+    moving.train()
+    deltas = [log["popo/neg_logp_delta"] for log in _step_logs(moving) if "popo/neg_logp_delta" in log]
+    assert len(deltas) == 2 and all(abs(d) > 1e-4 for d in deltas)
+    assert all("popo/neg_logp_delta" not in log for log in _step_logs(_trainer_run(tiny_model_path, tmp_path)))
+
+
+def _trainer_run(model_path, output_dir):
+    trainer = _trainer(model_path, output_dir / "off", max_steps=2)
+    trainer.train()
+    return trainer

@@ -322,6 +322,10 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             POPO: divide the weights by the completion length and renormalise per group (authors' option, off).
         popo_kl_monitor_steps (`int`, *optional*, defaults to `10`):
             POPO: log the k3 estimate of KL(π_θ ‖ π_ξ) to the EMA target every this many optimizer steps (0: never).
+        popo_neg_logp_delta (`bool`, *optional*, defaults to `False`):
+            POPO: log `popo/neg_logp_delta`, the mean change of the previous generation batch's negative completions'
+            mean token log-prob over the updates made on that batch (the "implicit negative gradient"; ours). One
+            extra forward of those negatives per generation batch, without gradient.
     """
 
     # ---------------------------------------------------------------- Stochastic clip recovery (NSR)
@@ -661,6 +665,13 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     popo_kl_monitor_steps: int = field(
         default=POPO_PAPER_SETTINGS["kl_monitor_steps"],
         metadata={"help": "POPO: log KL(policy || EMA target) every this many steps; 0: never (authors: 10)."},
+    )
+    popo_neg_logp_delta: bool = field(
+        default=False,
+        metadata={
+            "help": "POPO: log popo/neg_logp_delta, the change of the previous batch's negatives' mean token log-prob "
+            "over the updates on it (one extra forward of them per generation batch; ours)."
+        },
     )
 
     def __post_init__(self):

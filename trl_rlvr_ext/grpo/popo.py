@@ -162,20 +162,12 @@ class PopoMixin:
         if rewards is None:
             raise RuntimeError("objective='popo' saw no rewards for this batch (_calculate_rewards was bypassed).")
         completion_ids, mask = output["completion_ids"], output["completion_mask"]
+        batch_size = args.per_device_train_batch_size if mode == "train" else args.per_device_eval_batch_size
         logps = output.get("old_per_token_logps")
         if logps is None:  # θ_old's log-probs at the sampling temperature, as the authors' extra forward
-            with torch.no_grad():
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model,
-                    torch.cat([output["prompt_ids"], completion_ids], dim=1),
-                    torch.cat([output["prompt_mask"], mask], dim=1),
-                    completion_ids.size(1),
-                    batch_size=args.per_device_train_batch_size
-                    if mode == "train"
-                    else args.per_device_eval_batch_size,
-                )
-        means, lengths = mean_token_logps(logps, mask)
-        means, lengths = self.accelerator.gather(means), self.accelerator.gather(lengths)
+            logps = self._popo_completion_logps(output, batch_size)
+        local_means, lengths = mean_token_logps(logps, mask)
+        means, lengths = self.accelerator.gather(local_means), self.accelerator.gather(lengths)
         positive = rewards.mean(dim=1) > args.popo_reward_threshold  # unweighted mean; NaN (no reward): negative
         group = self.num_generations if mode == "train" else self.num_generations_eval
         weights = popo_weights_from_means(
@@ -192,7 +184,42 @@ class PopoMixin:
         self._metrics[mode]["popo/weight_max"].append(weights.max().item())
         local = completion_ids.size(0)  # TRL's process slice
         rows = slice(self.accelerator.process_index * local, (self.accelerator.process_index + 1) * local)
-        return weights[rows].to(mask.device), positive[rows].to(mask.device)
+        weights, positive = weights[rows].to(mask.device), positive[rows].to(mask.device)
+        if args.popo_neg_logp_delta and mode == "train":
+            self._popo_log_neg_logp_delta(output, local_means, positive, batch_size)
+        return weights, positive
+
+    def _popo_completion_logps(self, rows: dict, batch_size: int) -> torch.Tensor:
+        """The current policy's token log-probs of ``rows``' completions, without gradient, at the sampling
+        temperature (TRL's forward)."""
+        with torch.no_grad():
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model,
+                torch.cat([rows["prompt_ids"], rows["completion_ids"]], dim=1),
+                torch.cat([rows["prompt_mask"], rows["completion_mask"]], dim=1),
+                rows["completion_ids"].size(1),
+                batch_size=batch_size,
+            )
+        return logps
+
+    _popo_negatives = None
+
+    def _popo_log_neg_logp_delta(self, output: dict, means: torch.Tensor, positive: torch.Tensor, batch_size: int):
+        """`popo/neg_logp_delta`: the previous generation batch's negatives re-scored now, after the updates made on
+        that batch: the mean change of their mean token log-prob, over every process (the "implicit negative
+        gradient": no negative enters the loss, so any fall comes through the softmax over the vocabulary)."""
+        keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+        previous = self._popo_negatives
+        self._popo_negatives = {**{key: output[key][~positive] for key in keys}, "means": means[~positive]}
+        if previous is None:  # the run's (or the resumed run's) first batch
+            return
+        local = torch.zeros(2, device=means.device)
+        if previous["means"].numel():
+            now, _ = mean_token_logps(self._popo_completion_logps(previous, batch_size), previous["completion_mask"])
+            local = torch.stack([(now - previous["means"]).sum(), torch.tensor(float(now.numel()), device=now.device)])
+        total, count = self.accelerator.reduce(local, reduction="sum").tolist()
+        if count > 0:
+            self._metrics["train"]["popo/neg_logp_delta"].append(total / count)
 
     # ---------------------------------------------------------------- the loss (Eqs. 6, 7, 9, 10)
     def _popo_compute_loss(self, model, inputs):
