@@ -249,3 +249,22 @@ def _trainer_run(model_path, output_dir):
     trainer = _trainer(model_path, output_dir / "off", max_steps=2)
     trainer.train()
     return trainer
+
+
+def test_the_signal_check_knows_popo_trains_on_all_correct_groups(tiny_model_path, tmp_path):
+    """Every rollout correct: no reward spread, so GRPO has no signal (warned), but POPO trains on them (not warned);
+    every rollout wrong: no positive, POPO has no signal either (warned)."""
+
+    def always(value):
+        return lambda completions, **kwargs: [value] * len(completions)
+
+    warned = {}
+    for name, reward, objective in [("grpo1", 1.0, "grpo"), ("popo1", 1.0, "popo"), ("popo0", 0.0, "popo")]:
+        overrides = {**POPO, "objective": objective, "max_steps": 1, "signal_check_steps": 1}
+        args = RLVRGRPOConfig(**grpo_kwargs(tmp_path / name, **overrides))
+        trainer = RLVRGRPOTrainer(
+            model=tiny_model_path, reward_funcs=always(reward), args=args, train_dataset=prompt_dataset()
+        )
+        trainer.train()
+        warned[name] = any("No learning signal" in w for w in trainer.signal_check_warnings)
+    assert warned == {"grpo1": True, "popo1": False, "popo0": True}
