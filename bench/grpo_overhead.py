@@ -56,6 +56,7 @@ ARM_OPTIONS = {
     # bench/rsi_overhead.py: the toy recipe's interval (ours), and quantile bounds gathered over processes
     "rsi": {"rsi_selection": "interval", "rsi_low": 0.25, "rsi_high": 3.0},
     "rsi_quantile": {"rsi_selection": "quantile", "rsi_quantile_low": 0.1, "rsi_quantile_high": 0.9},
+    "popo": {"objective": "popo"},  # bench/popo_overhead.py: the authors' defaults
 }
 _OFF = {
     "clip_recovery": "none",

@@ -244,6 +244,13 @@ EXPECTED_SIGNATURES = {
     ),
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._compute_loss": "(self, model, inputs)",
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._generate_and_score_completions": "(self, inputs)",
+    "trl_rlvr_ext.grpo.popo.PopoMixin._calculate_rewards": (
+        "(self, inputs, prompts, completions, completion_ids_list)"
+    ),
+    "trl_rlvr_ext.grpo.popo.PopoMixin._generate_and_score_completions": "(self, inputs)",
+    "trl_rlvr_ext.grpo.popo.PopoMixin.create_optimizer": "(self, model=None)",
+    "trl_rlvr_ext.grpo.popo._PopoCallback.on_pre_optimizer_step": _CALLBACK,
+    "trl_rlvr_ext.grpo.popo._PopoCallback.on_step_end": _CALLBACK,
     "trl_rlvr_ext.grpo.signal_check.TrainingSignalCheckMixin._calculate_rewards": (
         "(self, inputs, prompts, completions, completion_ids_list)"
     ),

@@ -36,6 +36,8 @@ class CheckpointState:
             process saves its own with `torch.save`, next to transformers' per-process RNG states (so not with
             ``save_only_model``, as those).
         missing: error message when a resumed checkpoint lacks the file; None: such a checkpoint is resumed without it.
+        binary: for a state the same on every process that holds tensors (POPO's EMA target and predictor): the main
+            process saves it with `torch.save` (tensors on the CPU) instead of JSON, and every process loads it.
     """
 
     file_name: str
@@ -43,6 +45,7 @@ class CheckpointState:
     load_state_dict: Callable[[Any, str], None]
     per_rank: bool = False
     missing: str | None = None
+    binary: bool = False
 
 
 class CheckpointStateMixin:
@@ -73,7 +76,7 @@ class CheckpointStateMixin:
             path = self._checkpoint_state_path(output_dir, state)
             # Written to a temporary file and renamed: a run killed mid-save never leaves a half-written state file
             tmp = f"{path}.tmp-{os.getpid()}"
-            if state.per_rank:
+            if state.per_rank or state.binary:
                 torch.save(value, tmp)
             else:
                 with open(tmp, "w") as f:
@@ -90,7 +93,7 @@ class CheckpointStateMixin:
                 if state.missing is not None:
                     raise FileNotFoundError(f"{checkpoint} has no {os.path.basename(path)}: {state.missing}")
                 continue
-            if state.per_rank:
+            if state.per_rank or state.binary:
                 value = torch.load(path, weights_only=True)
             else:
                 with open(path) as f:

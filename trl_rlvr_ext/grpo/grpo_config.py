@@ -19,6 +19,7 @@ from ..lora_init.options import rewrites_base
 from ..losses.acpo import ACPO_PAPER_SETTINGS
 from ..losses.clip_recovery import CLIP_RECOVERY_FUNCTION_MODES
 from ..losses.delta import DELTA_PAPER_SETTINGS
+from ..losses.popo import POPO_PAPER_SETTINGS, POPO_WEIGHT_MODES
 from ..rewards.guard import REWARD_ON_ERROR_MODES, REWARD_ON_NAN_MODES
 
 
@@ -37,6 +38,7 @@ ADAPTIVE_CLIP_REFUSED_LOSS_TYPES = {
     "vespo": "VESPO weighs sequences with gamma weights: there is no per-token clip width",
 }
 TOKEN_CREDIT_MODES = ("none", "delta")
+OBJECTIVES = ("grpo", "popo")
 RSI_SELECTION_MODES = ("none", "interval", "quantile")
 # Why the loss types outside PPO's clipped objective cannot take DelTA's token weights: the trainer multiplies the
 # advantages where the clipped objective reads them (the authors' loss is verl's vanilla PPO loss, with DAPO's clip).
@@ -285,6 +287,45 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             The trajectory folder. Defaults to `<output_dir>/relex_trajectory`.
         relex_record_dtype (`str`, *optional*, defaults to `"float16"`):
             dtype of the stored deltas: `"float16"` (the authors'), `"bfloat16"` or `"float32"`.
+
+        objective (`str`, *optional*, defaults to `"grpo"`):
+            `"grpo"`: TRL's loss (`loss_type`), stock. `"popo"`: POPO ("Positive-Only Policy Optimization",
+            https://arxiv.org/abs/2605.06650, code https://github.com/momo1443/colm2026-POPO) replaces the whole loss
+            (`trl_rlvr_ext.losses.popo`, `trl_rlvr_ext.grpo.popo`): L = L_NLL + α·L_sim + β_ent·L_ent, a weighted NLL
+            of the positive rollouts (reward > `popo_reward_threshold`; weights: per group, a softmax of the mean token
+            log-prob over the positives, computed once per generation batch without gradient), the cosine between a
+            predictor MLP on the pooled last hidden states and an EMA copy of the policy's (ξ ← τ·ξ + (1 − τ)·θ every
+            optimizer step), and an entropy bonus over every completion token. TRL's advantages, ratio, clip and KL are
+            not used (`loss_type`, `epsilon*`, vLLM's importance-sampling correction are not read). The reward is the
+            unweighted mean of the reward functions (the authors'). Frozen parameters (LoRA's base) are shared with
+            the EMA copy, the trainable ones copied. Logged as `popo/*`.
+        popo_alpha (`float`, *optional*, defaults to `0.1`):
+            POPO: α, the weight of the similarity term L_sim (paper and 7B run: 0.1; README range [0.05, 0.3]).
+        popo_beta_entropy (`float`, *optional*, defaults to `0.01`):
+            POPO: β_ent, the weight of the entropy term (paper: 0.01; range [0.005, 0.05]). Replaces TRL's
+            `entropy_coef`, which must stay 0.
+        popo_tau (`float`, *optional*, defaults to `0.995`):
+            POPO: τ, the EMA momentum of the target (authors' default 0.995; the reported 7B run 0.999).
+        popo_reward_threshold (`float`, *optional*, defaults to `0.0`):
+            POPO: τ_r; a rollout is positive when its mean reward is > τ_r (authors: 0.0).
+        popo_predictor_hidden_dim (`int`, *optional*, defaults to `1024`):
+            POPO: the predictor MLP's width (authors' default 1024; the reported 7B run 4096).
+        popo_predictor_layers (`int`, *optional*, defaults to `2`):
+            POPO: the predictor's linear layers (at least 2; authors: 2).
+        popo_feature_noise_std (`float`, *optional*, defaults to `0.02`):
+            POPO: σ of the Gaussian noise added to the EMA target's features in training (default 0.02; 7B run 0.01).
+        popo_weight_mode (`str`, *optional*, defaults to `"softmax"`):
+            POPO: `"softmax"` (the paper's weights) or `"uniform"` (1/|S⁺| per group, the authors' ablation).
+        popo_weight_temperature (`float`, *optional*, defaults to `1.0`):
+            POPO: the softmax temperature of the weights (authors: 1.0, not a config field there).
+        popo_length_normalize (`bool`, *optional*, defaults to `False`):
+            POPO: divide the weights by the completion length and renormalise per group (authors' option, off).
+        popo_kl_monitor_steps (`int`, *optional*, defaults to `10`):
+            POPO: log the k3 estimate of KL(π_θ ‖ π_ξ) to the EMA target every this many optimizer steps (0: never).
+        popo_neg_logp_delta (`bool`, *optional*, defaults to `False`):
+            POPO: log `popo/neg_logp_delta`, the mean change of the previous generation batch's negative completions'
+            mean token log-prob over the updates made on that batch (the "implicit negative gradient"; ours). One
+            extra forward of those negatives per generation batch, without gradient.
     """
 
     # ---------------------------------------------------------------- Stochastic clip recovery (NSR)
@@ -574,6 +615,65 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         },
     )
 
+    # ---------------------------------------------------------------- POPO (positive-only objective)
+    objective: str = field(
+        default="grpo",
+        metadata={
+            "help": "'grpo' (TRL's loss, stock) or 'popo' (POPO, https://arxiv.org/abs/2605.06650: positive-only "
+            "weighted NLL + α·cosine to an EMA target through a predictor + β·entropy; replaces TRL's loss).",
+            "choices": list(OBJECTIVES),
+        },
+    )
+    popo_alpha: float = field(
+        default=POPO_PAPER_SETTINGS["alpha"], metadata={"help": "POPO: weight of the similarity term (paper: 0.1)."}
+    )
+    popo_beta_entropy: float = field(
+        default=POPO_PAPER_SETTINGS["beta_entropy"],
+        metadata={"help": "POPO: weight of the entropy term (paper: 0.01); TRL's entropy_coef must stay 0."},
+    )
+    popo_tau: float = field(
+        default=POPO_PAPER_SETTINGS["tau"],
+        metadata={"help": "POPO: EMA momentum of the target (authors' default 0.995; reported 7B run 0.999)."},
+    )
+    popo_reward_threshold: float = field(
+        default=POPO_PAPER_SETTINGS["reward_threshold"],
+        metadata={"help": "POPO: a rollout is positive when its mean reward is > this (authors: 0.0)."},
+    )
+    popo_predictor_hidden_dim: int = field(
+        default=POPO_PAPER_SETTINGS["predictor_hidden_dim"],
+        metadata={"help": "POPO: predictor MLP width (authors' default 1024; reported 7B run 4096)."},
+    )
+    popo_predictor_layers: int = field(
+        default=POPO_PAPER_SETTINGS["predictor_layers"],
+        metadata={"help": "POPO: predictor linear layers, at least 2 (authors: 2)."},
+    )
+    popo_feature_noise_std: float = field(
+        default=POPO_PAPER_SETTINGS["feature_noise_std"],
+        metadata={"help": "POPO: std of the noise on the EMA features in training (default 0.02; 7B run 0.01)."},
+    )
+    popo_weight_mode: str = field(
+        default=POPO_PAPER_SETTINGS["weight_mode"],
+        metadata={"help": "POPO: 'softmax' (paper) or 'uniform' (ablation).", "choices": list(POPO_WEIGHT_MODES)},
+    )
+    popo_weight_temperature: float = field(
+        default=1.0, metadata={"help": "POPO: softmax temperature of the weights (authors: 1.0)."}
+    )
+    popo_length_normalize: bool = field(
+        default=POPO_PAPER_SETTINGS["length_normalize"],
+        metadata={"help": "POPO: divide the weights by the completion length, renormalised (authors: off)."},
+    )
+    popo_kl_monitor_steps: int = field(
+        default=POPO_PAPER_SETTINGS["kl_monitor_steps"],
+        metadata={"help": "POPO: log KL(policy || EMA target) every this many steps; 0: never (authors: 10)."},
+    )
+    popo_neg_logp_delta: bool = field(
+        default=False,
+        metadata={
+            "help": "POPO: log popo/neg_logp_delta, the change of the previous batch's negatives' mean token log-prob "
+            "over the updates on it (one extra forward of them per generation batch; ours)."
+        },
+    )
+
     def __post_init__(self):
         check_training_values(self)  # before TRL's own checks, which would fail on them less clearly
         super().__post_init__()
@@ -591,6 +691,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         self._check_reward_guard()
         self._check_dynamic_sampling()
         self._check_relex()
+        self._check_popo()
         if self.signal_check_steps < 1:
             raise ValueError(
                 f"signal_check_steps must be at least 1, got {self.signal_check_steps}; set signal_check=False to turn "
@@ -873,3 +974,59 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             )
         if self.relex_trajectory_dir is None:
             self.relex_trajectory_dir = os.path.join(self.output_dir, "relex_trajectory")
+
+    # ---------------------------------------------------------------- POPO
+    def _check_popo(self):
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective={self.objective!r} is not supported. Use one of {list(OBJECTIVES)}.")
+        if self.objective != "popo":
+            return
+        replaced = "POPO replaces TRL's loss (no advantages, ratio, clip or KL)"
+        refusals = {
+            "beta": (self.beta != 0, "POPO's loss has no KL term (the authors force beta=0): set beta=0.0"),
+            "entropy_coef": (
+                self.entropy_coef != 0 or self.use_adaptive_entropy,
+                (
+                    "POPO's entropy term is popo_beta_entropy; TRL's entropy bonus would count it twice: set "
+                    "entropy_coef=0.0 and use_adaptive_entropy=False"
+                ),
+            ),
+            "use_liger_kernel": (self.use_liger_kernel, f"{replaced}; Liger's fused GRPO loss would bypass it"),
+            "top_entropy_quantile": (self.top_entropy_quantile < 1, f"{replaced}: TRL's entropy mask has no loss"),
+            "reward_weights": (
+                self.reward_weights is not None,
+                "POPO's positives use the unweighted mean of the reward functions (the authors'): drop reward_weights",
+            ),
+            "dynamic_sampling": (self.dynamic_sampling, "not composed with POPO yet: set dynamic_sampling=False"),
+            "curation": (self.curation != "none", "not composed with POPO yet: set curation='none'"),
+            "off_policy_diagnostics": (self.off_policy_diagnostics, f"{replaced}: there is no ratio to diagnose"),
+        }
+        for option in ("clip_recovery", "adaptive_clip", "token_credit", "rsi_selection"):
+            refusals[option] = (getattr(self, option) != "none", f"{replaced}, where {option} acts: set it to 'none'")
+        for option, (refused, why) in refusals.items():
+            if refused:
+                raise ValueError(f"objective='popo' cannot take {option}={getattr(self, option)!r}: {why}.")
+        if not 0 <= self.popo_tau <= 1:  # also refuses NaN
+            raise ValueError(f"popo_tau must be in [0, 1] (0: copy, 1: frozen), got {self.popo_tau!r} (paper: 0.995).")
+        for name in ("popo_alpha", "popo_beta_entropy", "popo_feature_noise_std"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(
+                    f"{name} must be >= 0, got {getattr(self, name)!r} (paper: {POPO_PAPER_SETTINGS[name[5:]]})."
+                )
+        if self.popo_weight_mode not in POPO_WEIGHT_MODES:
+            raise ValueError(
+                f"popo_weight_mode must be one of {list(POPO_WEIGHT_MODES)}, got {self.popo_weight_mode!r}."
+            )
+        if not self.popo_weight_temperature > 0:
+            raise ValueError(
+                f"popo_weight_temperature must be > 0, got {self.popo_weight_temperature!r} (authors: 1.0)."
+            )
+        if self.popo_predictor_layers < 2 or self.popo_predictor_hidden_dim < 1:
+            raise ValueError(
+                f"POPO's predictor needs popo_predictor_layers >= 2 and popo_predictor_hidden_dim >= 1, got "
+                f"{self.popo_predictor_layers} and {self.popo_predictor_hidden_dim} (authors: 2 and 1024)."
+            )
+        if isinstance(self.popo_kl_monitor_steps, bool) or self.popo_kl_monitor_steps < 0:
+            raise ValueError(
+                f"popo_kl_monitor_steps must be an integer >= 0 (0: never), got {self.popo_kl_monitor_steps!r}."
+            )

@@ -30,6 +30,7 @@ from .curation_mixin import CurationMixin
 from .dynamic_sampling import DynamicSamplingMixin
 from .grpo_config import RLVRGRPOConfig
 from .inputs import check_grpo_inputs, resolve_reward_names
+from .popo import PopoMixin
 from .rsi_selection import RSISelectionMixin
 from .signal_check import TrainingSignalCheckMixin
 from .vllm_cpu import install_cpu_weight_sync, vllm_build_patches
@@ -53,7 +54,13 @@ _TRL_COPY = load_copy("grpo")
 
 
 class RLVRGRPOTrainer(
-    TrainingSignalCheckMixin, DynamicSamplingMixin, CurationMixin, CheckpointStateMixin, RSISelectionMixin, GRPOTrainer
+    TrainingSignalCheckMixin,
+    DynamicSamplingMixin,
+    CurationMixin,
+    CheckpointStateMixin,
+    RSISelectionMixin,
+    PopoMixin,
+    GRPOTrainer,
 ):
     """[`~trl.GRPOTrainer`] with this package's methods, configured by [`RLVRGRPOConfig`].
 
@@ -75,6 +82,9 @@ class RLVRGRPOTrainer(
       relative surprisal index −log p / H lies outside an interval get no policy gradient, at the place of TRL's
       `top_entropy_quantile` (`RSISelectionMixin`, `trl_rlvr_ext.losses.rsi`); logged as `rsi/*`. Composes with NSR,
       ACPO and DelTA.
+    - POPO (`objective="popo"`, https://arxiv.org/abs/2605.06650): TRL's loss replaced by a positive-only weighted NLL,
+      a cosine to an EMA copy through a predictor, and an entropy bonus (`PopoMixin`, `trl_rlvr_ext.losses.popo`);
+      logged as `popo/*`. Refuses the options that act on TRL's loss.
     - Online curation (`curation="self"`, https://huggingface.co/papers/2510.02230, or `"pass_rate"`): train only on
       prompts the policy does not yet solve greedily, or sample prompts by a running pass-rate estimate
       (`CurationMixin`); logged as `curation/*`.
@@ -140,6 +150,8 @@ class RLVRGRPOTrainer(
                     per_rank=True,
                 )
             )
+        if self.args.objective == "popo":  # the EMA copy, the predictor and their checkpoint state (grpo/popo.py)
+            self._popo_setup()
 
     # ---------------------------------------------------------------- Stochastic clip recovery (NSR)
     def _clip_recovery_generator(self, device: torch.device) -> torch.Generator:
@@ -395,6 +407,8 @@ class RLVRGRPOTrainer(
             self._metrics[mode][f"token_credit/{name}"].append(value.item())
 
     def _compute_loss(self, model, inputs):
+        if self.args.objective == "popo":  # POPO replaces TRL's loss (grpo/popo.py)
+            return self._popo_compute_loss(model, inputs)
         if (
             self.args.clip_recovery == "none"
             and self.args.adaptive_clip == "none"

@@ -184,6 +184,12 @@ class TrainingSignalCheckMixin:
                 }
         return rewards_per_func
 
+    def _popo_had_positives(self, counts: GroupCounts) -> bool:
+        # POPO trains on the positives of a group whatever its spread (an all-correct group too): its signal is a
+        # rollout whose mean reward (the highest summed reward over the functions) is above popo_reward_threshold
+        positive = counts.high / len(self.reward_funcs) > self.args.popo_reward_threshold
+        return self.args.objective == "popo" and positive
+
     def _finish_signal_check(self, step: int) -> None:
         counts, self._signal_counts = self._signal_counts, None
         if counts is None:
@@ -191,7 +197,7 @@ class TrainingSignalCheckMixin:
         counts.finish()
         if counts.groups == 0 and counts.dropped > 0:
             self._signal_warn(curation_kept_nothing_message(step, self.args.curation))
-        elif counts.no_signal:
+        elif counts.no_signal and not self._popo_had_positives(counts):
             small_vocabulary = (
                 len(self.processing_class) <= 512 if hasattr(self.processing_class, "__len__") else False
             )
