@@ -247,3 +247,36 @@ def test_toy_poise_recipe_runs_through_the_script(tiny_model_path, tmp_path):
     trainer = grpo_script.main(script_args, training_args, model_args, dataset_args)
     logs = [log for log in trainer.state.log_history if "loss" in log]
     assert [log["poise/phase"] for log in logs] == [0.0, 1.0]
+
+
+def test_poise_with_a_lora_adapter_and_evaluation(tiny_model_path, tmp_path, monkeypatch):
+    """Under PEFT the hook sits on the wrapped model's decoder layer; evaluation batches keep TRL's advantages and
+    never reach the probe (its buffer grows by the training batches only)."""
+    from peft import LoraConfig
+
+    args = RLVRGRPOConfig(
+        **small_grpo_kwargs(
+            tmp_path,
+            **POISE,
+            max_steps=3,
+            learning_rate=1e-3,
+            eval_strategy="steps",
+            eval_steps=3,
+            per_device_eval_batch_size=4,
+        )
+    )
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path,
+        reward_funcs=digit_reward,
+        args=args,
+        train_dataset=prompt_dataset(),
+        eval_dataset=prompt_dataset(4),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    assert trainer._poise_layer_module is trainer.model.get_base_model().model.layers[trainer._poise_layer]
+    trainer.train()
+    logs = [log for log in _step_logs(trainer) if "poise/phase" in log]
+    assert [log["poise/phase"] for log in logs] == [0.0, 0.0, 1.0]
+    assert trainer._poise.buffer["targets"].shape[0] == 3 * 8 and trainer._poise.steps == 3
+    evaluations = [log for log in trainer.state.log_history if "eval_loss" in log]
+    assert evaluations and not any(key.startswith("eval_poise/") for key in evaluations[0])

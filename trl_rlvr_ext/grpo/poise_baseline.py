@@ -109,8 +109,10 @@ class PoiseBaselineMixin:
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        if self._poise is not None and self.model.training:
-            self._poise_replace_advantages(output)
+        if self._poise is not None:
+            if self.model.training:
+                self._poise_replace_advantages(output)
+            self._poise_rewards = None  # an evaluation batch's rewards never reach the probe
         return output
 
     def _poise_features(self, output: dict) -> torch.Tensor:
@@ -171,7 +173,6 @@ class PoiseBaselineMixin:
             logged[len(logged) - len(result.advantages) + k] = value
         refit = self._poise.update(prompt, response, scalars, result.targets)
         self._poise_log(rewards, result, predictions, refit)
-        self._poise_rewards = None
 
     def _poise_log(self, rewards, result, predictions, refit: bool) -> None:
         state, metrics = self._poise, self._metrics["train"]
