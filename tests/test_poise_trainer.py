@@ -156,6 +156,8 @@ def test_a_checkpoint_without_the_state_is_refused(tiny_model_path, tmp_path):
         ({"multi_objective_aggregation": "normalize_then_sum"}, "sum_then_normalize"),
         ({"poise_bootstrap_steps": 0}, "poise_bootstrap_steps"),
         ({"poise_prompt_pca": -1}, "poise_prompt_pca"),
+        ({"poise_layer": True}, "poise_layer"),
+        ({"poise_pool_n": 0}, "poise_pool_n"),
         ({"poise_alpha": 0.0}, "poise_alpha"),
         ({"poise_clip_min": 1.0}, "poise_clip_min"),
         ({"poise_buffer_rows": 1}, "poise_buffer_rows"),

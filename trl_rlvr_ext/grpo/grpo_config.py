@@ -1024,7 +1024,8 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an integer >= 0 (0: no projection), got {value!r}.")
-        if self.poise_layer is not None and (not isinstance(self.poise_layer, int) or self.poise_layer < 0):
+        layer = self.poise_layer
+        if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or layer < 0):
             raise ValueError(f"poise_layer must be a 0-based layer index >= 0, or None, got {self.poise_layer!r}.")
         if not self.poise_alpha > 0:
             raise ValueError(f"poise_alpha must be > 0 (authors: 100), got {self.poise_alpha!r}.")
