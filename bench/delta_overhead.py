@@ -137,21 +137,10 @@ def main():
         options, model_path, shape = grpo_overhead.setup(parser, args, tmp)
         parts = cost_breakdown(model_path, os.path.join(tmp, "parts"), args.repeats, **options)
         gc.collect()
-        ratios, stock_steps = [], []
-        for r in range(args.rounds):
-            means = {}
-            for arm in ARMS if r % 2 == 0 else ARMS[::-1]:
-                timer = grpo_overhead.StepTimer()
-                trainer = grpo_overhead.make_trainer(
-                    arm, model_path, args.steps, os.path.join(tmp, arm), callbacks=[timer], **options
-                )
-                trainer.train()
-                means[arm] = statistics.mean(timer.times[SKIP_STEPS:])
-                del trainer
-                gc.collect()
-            stock_steps.append(means["stock"])
-            ratios.append(means["delta"] / means["stock"])
-            print(f"round {r + 1}/{args.rounds}: delta x{ratios[-1]:.3f} (stock {means['stock'] * 1e3:.1f} ms/step)")
+        step_ratios, stock_steps = grpo_overhead.alternated_rounds(
+            ARMS, model_path, args.steps, args.rounds, tmp, skip=SKIP_STEPS, aggregate=statistics.mean, **options
+        )
+        ratios = step_ratios["delta"]
 
     where = f"CPU, {torch.get_num_threads()} threads" if args.device == "cpu" else torch.cuda.get_device_name()
     stock_step = statistics.median(stock_steps) if stock_steps else None

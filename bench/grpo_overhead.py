@@ -19,6 +19,7 @@ model in bfloat16 and trains with ``bf16=True`` (as the bf16 recipes do); the de
 """
 
 import argparse
+import gc
 import os
 import statistics
 import tempfile
@@ -57,6 +58,8 @@ ARM_OPTIONS = {
     "rsi": {"rsi_selection": "interval", "rsi_low": 0.25, "rsi_high": 3.0},
     "rsi_quantile": {"rsi_selection": "quantile", "rsi_quantile_low": 0.1, "rsi_quantile_high": 0.9},
     "popo": {"objective": "popo"},  # bench/popo_overhead.py: the authors' defaults
+    # bench/poise_overhead.py: the probe fitted after the first batch, refitted after every batch (the steady state)
+    "poise": {"value_baseline": "poise", "scale_rewards": "none", "poise_bootstrap_steps": 1, "poise_warmup_steps": 1},
 }
 _OFF = {
     "clip_recovery": "none",
@@ -190,6 +193,29 @@ def loss_path_ratios(
     return {"ratios": ratios, "extra_seconds": extra, "stock_seconds": stock_median}
 
 
+def alternated_rounds(arms, model_path, steps, rounds, tmp, skip=1, aggregate=statistics.median, **options):
+    """Whole steps of every arm ("stock" first), alternated arm by arm for ``rounds`` rounds (the order reversed every
+    other round, so that load drifts hit both alike); per round, each arm's step time (``aggregate`` of its steps after
+    the first ``skip``, the warm-up) and its ratio to stock's. Returns ({arm: [ratio per round]}, [stock seconds per
+    round]). ``options`` go to `make_trainer`."""
+    ratios, stock_steps = {arm: [] for arm in arms[1:]}, []
+    for r in range(rounds):
+        times = {}
+        for arm in arms if r % 2 == 0 else arms[::-1]:
+            timer = StepTimer()
+            trainer = make_trainer(arm, model_path, steps, os.path.join(tmp, arm), callbacks=[timer], **options)
+            trainer.train()
+            times[arm] = aggregate(timer.times[skip:])
+            del trainer
+            gc.collect()
+        stock_steps.append(times["stock"])
+        for arm in arms[1:]:
+            ratios[arm].append(times[arm] / times["stock"])
+        summary = ", ".join(f"{a} x{ratios[a][-1]:.3f}" for a in arms[1:])
+        print(f"round {r + 1}/{rounds}: {summary} (stock {times['stock'] * 1e3:.1f} ms/step)")
+    return ratios, stock_steps
+
+
 def common_parser(doc: str, rounds: int, steps: int, repeats: int) -> argparse.ArgumentParser:
     """The options every step-time benchmark here shares (bench/acpo_overhead.py, bench/delta_overhead.py too)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -256,18 +282,7 @@ def main(arms: tuple[str, ...] = ARMS, name: str = "NSR", doc: str = __doc__):
     options, model_path, shape = setup(parser, args, tmp)
     loss = loss_path_ratios(model_path, os.path.join(tmp, "loss"), args.repeats, arms, **options)
 
-    step_ratio = {arm: [] for arm in arms[1:]}
-    stock_steps = []
-    for r in range(args.rounds):
-        medians = {}
-        for arm in arms if r % 2 == 0 else arms[::-1]:
-            timer = StepTimer()
-            make_trainer(arm, model_path, args.steps, os.path.join(tmp, arm), callbacks=[timer], **options).train()
-            medians[arm] = statistics.median(timer.times[1:])  # first step: warm-up
-        stock_steps.append(medians["stock"])
-        for arm in arms[1:]:
-            step_ratio[arm].append(medians[arm] / medians["stock"])
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{a} x{step_ratio[a][-1]:.3f}" for a in arms[1:]))
+    step_ratio, stock_steps = alternated_rounds(arms, model_path, args.steps, args.rounds, tmp, **options)
 
     # without whole-step rounds (--rounds 0, for big shapes on a CPU) the implied ratio uses the loss path's stock time
     stock_step = statistics.median(stock_steps) if stock_steps else loss["stock_seconds"]

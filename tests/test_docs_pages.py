@@ -34,6 +34,8 @@ PAGE_TESTS = {
     "methods/delta.md": "test_docs_delta.py::test_delta_method_page_config_example",
     "methods/rsi.md": "test_docs_rsi.py::test_rsi_method_page_config_example",
     "methods/relex.md": "test_docs_relex.py::test_relex_method_page_config_example",
+    "methods/popo.md": "test_docs_popo.py::test_popo_method_page_config_example",
+    "methods/poise.md": "test_docs_poise.py::test_poise_method_page_config_example",
     "methods/is_dpo.md": "test_docs_is_dpo.py::test_method_page_runs",
     "methods/lora_init.md": "test_docs_lora_init.py::test_method_page_examples_run",
     "methods/self_curation.md": "test_docs_curation.py::test_self_method_page_config_example",

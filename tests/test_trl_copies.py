@@ -237,6 +237,10 @@ EXPECTED_SIGNATURES = {
     ),
     "trl_rlvr_ext.grpo.dynamic_sampling.DynamicSamplingMixin._generate_and_score_completions": "(self, inputs)",
     "trl_rlvr_ext.grpo.grpo_config.RLVRGRPOConfig.__post_init__": "(self)",
+    "trl_rlvr_ext.grpo.poise_baseline.PoiseBaselineMixin._calculate_rewards": (
+        "(self, inputs, prompts, completions, completion_ids_list)"
+    ),
+    "trl_rlvr_ext.grpo.poise_baseline.PoiseBaselineMixin._generate_and_score_completions": "(self, inputs)",
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer.__init__": (
         f"(self, model, reward_funcs=None, args=None, {_TRAINER_ARGS}, reward_processing_classes=None, callbacks=None, "
         "optimizers=(None, None), quantization_config=None, peft_config=None, tools=None, rollout_func=None, "

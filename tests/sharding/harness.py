@@ -318,6 +318,26 @@ def case_rsi():
     )
 
 
+def case_poise():
+    """POISE: features from a hook on one decoder layer of the (sharded) model in a no-grad forward, gathered over
+    ranks; the probe fitted after the first batch and used from the second (n = 2, no std scaling)."""
+    trainer = grpo_run(
+        "poise",
+        data=prompts(),
+        max_steps=3,
+        num_generations=2,
+        scale_rewards="none",
+        value_baseline="poise",
+        poise_bootstrap_steps=1,
+        poise_warmup_steps=1,
+        poise_prompt_pca=2,
+        poise_response_pca=2,
+        poise_pool_n=4,
+    )
+    state = trainer._poise.state_dict()
+    return summary(trainer, poise_probe={k: v.tolist() for k, v in state["probe"].items()})
+
+
 def case_acpo_nsr_delta():
     """ACPO (each rank's own statistics) + NSR rescuing past ACPO's bounds + DelTA's weighted advantages."""
     return nsr_summary(
@@ -544,6 +564,7 @@ CASES = {
     "acpo": case_acpo,
     "delta": case_delta,
     "rsi": case_rsi,
+    "poise": case_poise,
     "acpo_nsr_delta": case_acpo_nsr_delta,
     "self": case_self,
     "self_skip": lambda: case_self("self_skip", parity_reward, num_generations=4),

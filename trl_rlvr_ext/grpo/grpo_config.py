@@ -19,6 +19,7 @@ from ..lora_init.options import rewrites_base
 from ..losses.acpo import ACPO_PAPER_SETTINGS
 from ..losses.clip_recovery import CLIP_RECOVERY_FUNCTION_MODES
 from ..losses.delta import DELTA_PAPER_SETTINGS
+from ..losses.poise import POISE_PAPER_SETTINGS, POISE_TARGET_MODES
 from ..losses.popo import POPO_PAPER_SETTINGS, POPO_WEIGHT_MODES
 from ..rewards.guard import REWARD_ON_ERROR_MODES, REWARD_ON_NAN_MODES
 
@@ -40,6 +41,7 @@ ADAPTIVE_CLIP_REFUSED_LOSS_TYPES = {
 TOKEN_CREDIT_MODES = ("none", "delta")
 OBJECTIVES = ("grpo", "popo")
 RSI_SELECTION_MODES = ("none", "interval", "quantile")
+VALUE_BASELINES = ("none", "poise")
 # Why the loss types outside PPO's clipped objective cannot take DelTA's token weights: the trainer multiplies the
 # advantages where the clipped objective reads them (the authors' loss is verl's vanilla PPO loss, with DAPO's clip).
 TOKEN_CREDIT_REFUSED_LOSS_TYPES = {
@@ -326,6 +328,46 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             POPO: log `popo/neg_logp_delta`, the mean change of the previous generation batch's negative completions'
             mean token log-prob over the updates made on that batch (the "implicit negative gradient"; ours). One
             extra forward of those negatives per generation batch, without gradient.
+        value_baseline (`str`, *optional*, defaults to `"none"`):
+            The advantage's baseline. `"none"`: stock TRL (the group mean). `"poise"`: POISE ("Policy Optimization with
+            Internal State Value Estimation", https://arxiv.org/abs/2605.07579, code https://github.com/holi-lab/POISE):
+            A_i = r_i − b_i with b_i the mean of the *sibling* rollouts' predicted values v_j, v = a ridge probe on
+            the policy's own hidden states at decoder layer `poise_layer` (prompt and response pooled over their
+            last `poise_pool_n` tokens, reduced by PCA to `poise_prompt_pca` / `poise_response_pca` dimensions) plus
+            three mean token entropies; no std normalisation. The probe learns the sibling's reward online from a
+            buffer of `poise_buffer_rows` rows, refitted every generation batch after `poise_warmup_steps`; the first
+            `poise_bootstrap_steps` batches use RLOO (A_i = r_i − r_j) while the buffer fills. One extra forward pass
+            without gradient per generation batch; the features are gathered over processes, so the probe is the same
+            on every one; its state is saved in checkpoints. Needs num_generations=2 (the authors' scratch bootstrap),
+            scale_rewards="none". Logged as `poise/*` (`trl_rlvr_ext.losses.poise`).
+        poise_layer (`int`, *optional*):
+            POISE: the decoder layer (0-based) whose output is read. Defaults to round(19/36 × layers), the authors'
+            Qwen3-4B choice (19 of 36; OLMo-3-7B: 7 of 32).
+        poise_pool_n (`int`, *optional*, defaults to `10`):
+            POISE: the prompt and response features are the mean of their last n valid tokens (the response cut after
+            its last `</think>`). Authors: 10 (Qwen3-4B), 32 (OLMo-3-7B).
+        poise_prompt_pca (`int`, *optional*, defaults to `32`):
+            POISE: PCA dimensions of the prompt feature (0: the raw hidden state). Authors: 32 (Qwen3-4B), 16 (OLMo).
+        poise_response_pca (`int`, *optional*, defaults to `64`):
+            POISE: PCA dimensions of the response feature (0: the raw hidden state). Authors: 64 (Qwen3-4B), 128
+            (OLMo).
+        poise_alpha (`float`, *optional*, defaults to `100.0`):
+            POISE: the ridge penalty on the standardised features. Authors: 100 (Qwen3-4B), 1000 (OLMo).
+        poise_clip_min (`float`, *optional*, defaults to `0.0`):
+            POISE: predictions are clipped to [poise_clip_min, poise_clip_max] (authors: [0, 1], for 0/1 rewards).
+        poise_clip_max (`float`, *optional*, defaults to `1.0`):
+            POISE: see `poise_clip_min`.
+        poise_buffer_rows (`int`, *optional*, defaults to `4096`):
+            POISE: the probe's training rows (one per rollout) kept, oldest prompt groups dropped first. Authors: 4096
+            (math), 3072 (code, other).
+        poise_warmup_steps (`int`, *optional*, defaults to `8`):
+            POISE: the probe is refitted after a batch only once this many batches were observed (the bootstrap
+            counts). Authors: 8.
+        poise_bootstrap_steps (`int`, *optional*, defaults to `16`):
+            POISE: generation batches trained with RLOO advantages before the first fit of the probe. Authors: 16.
+        poise_target_mode (`str`, *optional*, defaults to `"other_rollout_correctness"`):
+            POISE: the probe's target for rollout i: the mean reward of its siblings (the authors') or
+            `"pair_average"` (the group's mean reward).
     """
 
     # ---------------------------------------------------------------- Stochastic clip recovery (NSR)
@@ -673,6 +715,62 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             "over the updates on it (one extra forward of them per generation batch; ours)."
         },
     )
+    # ---------------------------------------------------------------- POISE value baseline
+    value_baseline: str = field(
+        default="none",
+        metadata={
+            "help": "The advantage's baseline: 'none' (stock TRL, the group mean) or 'poise' (POISE, "
+            "https://arxiv.org/abs/2605.07579: A_i = r_i - mean of the sibling rollouts' values, predicted by a ridge "
+            "probe on the policy's hidden states, fitted online; RLOO for the first poise_bootstrap_steps batches). "
+            "Needs num_generations=2 and scale_rewards='none'.",
+            "choices": list(VALUE_BASELINES),
+        },
+    )
+    poise_layer: int | None = field(
+        default=None,
+        metadata={"help": "POISE: decoder layer read (0-based). Default: round(19/36 x layers) (authors: 19 of 36)."},
+    )
+    poise_pool_n: int = field(
+        default=POISE_PAPER_SETTINGS["pool_n"],
+        metadata={"help": "POISE: features are the mean of the last n valid prompt / response tokens (authors: 10)."},
+    )
+    poise_prompt_pca: int = field(
+        default=POISE_PAPER_SETTINGS["prompt_pca"],
+        metadata={"help": "POISE: PCA dimensions of the prompt feature, 0: raw (authors: 32)."},
+    )
+    poise_response_pca: int = field(
+        default=POISE_PAPER_SETTINGS["response_pca"],
+        metadata={"help": "POISE: PCA dimensions of the response feature, 0: raw (authors: 64)."},
+    )
+    poise_alpha: float = field(
+        default=POISE_PAPER_SETTINGS["alpha"], metadata={"help": "POISE: ridge penalty (authors: 100)."}
+    )
+    poise_clip_min: float = field(
+        default=POISE_PAPER_SETTINGS["clip_min"], metadata={"help": "POISE: lowest prediction (authors: 0)."}
+    )
+    poise_clip_max: float = field(
+        default=POISE_PAPER_SETTINGS["clip_max"], metadata={"help": "POISE: highest prediction (authors: 1)."}
+    )
+    poise_buffer_rows: int = field(
+        default=POISE_PAPER_SETTINGS["buffer_rows"],
+        metadata={"help": "POISE: probe training rows kept, oldest prompt groups first out (authors: 4096)."},
+    )
+    poise_warmup_steps: int = field(
+        default=POISE_PAPER_SETTINGS["warmup_steps"],
+        metadata={"help": "POISE: refit the probe once this many batches were observed (authors: 8)."},
+    )
+    poise_bootstrap_steps: int = field(
+        default=POISE_PAPER_SETTINGS["bootstrap_steps"],
+        metadata={"help": "POISE: generation batches with RLOO advantages before the first fit (authors: 16)."},
+    )
+    poise_target_mode: str = field(
+        default=POISE_PAPER_SETTINGS["target_mode"],
+        metadata={
+            "help": "POISE: the probe's target: the siblings' mean reward (other_rollout_correctness, the authors') "
+            "or the group's (pair_average).",
+            "choices": list(POISE_TARGET_MODES),
+        },
+    )
 
     def __post_init__(self):
         check_training_values(self)  # before TRL's own checks, which would fail on them less clearly
@@ -692,6 +790,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         self._check_dynamic_sampling()
         self._check_relex()
         self._check_popo()
+        self._check_value_baseline()
         if self.signal_check_steps < 1:
             raise ValueError(
                 f"signal_check_steps must be at least 1, got {self.signal_check_steps}; set signal_check=False to turn "
@@ -1001,7 +1100,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             "curation": (self.curation != "none", "not composed with POPO yet: set curation='none'"),
             "off_policy_diagnostics": (self.off_policy_diagnostics, f"{replaced}: there is no ratio to diagnose"),
         }
-        for option in ("clip_recovery", "adaptive_clip", "token_credit", "rsi_selection"):
+        for option in ("clip_recovery", "adaptive_clip", "token_credit", "rsi_selection", "value_baseline"):
             refusals[option] = (getattr(self, option) != "none", f"{replaced}, where {option} acts: set it to 'none'")
         for option, (refused, why) in refusals.items():
             if refused:
@@ -1029,4 +1128,72 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         if isinstance(self.popo_kl_monitor_steps, bool) or self.popo_kl_monitor_steps < 0:
             raise ValueError(
                 f"popo_kl_monitor_steps must be an integer >= 0 (0: never), got {self.popo_kl_monitor_steps!r}."
+            )
+
+    def _check_value_baseline(self):
+        # POISE (https://arxiv.org/abs/2605.07579): what it replaces and what it cannot be combined with
+        if self.value_baseline not in VALUE_BASELINES:
+            raise ValueError(
+                f"value_baseline={self.value_baseline!r} is not supported. Use one of {list(VALUE_BASELINES)}."
+            )
+        if self.value_baseline == "none":
+            return
+        if self.num_generations != 2:
+            raise ValueError(
+                f"value_baseline='poise' needs num_generations=2, got {self.num_generations}: the authors' run starts "
+                "from scratch with an RLOO bootstrap that requires n = 2 (each rollout's baseline is its one sibling's "
+                "predicted value). Set num_generations=2 and spend the rollouts on more prompts."
+            )
+        if self.scale_rewards != "none":
+            raise ValueError(
+                f"value_baseline='poise' replaces the advantages by r_i - b_i without std normalisation (the authors'), "
+                f"but scale_rewards={self.scale_rewards!r} asks for a normalisation it would silently drop. Set "
+                "scale_rewards='none'."
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "value_baseline='poise' regresses the weighted sum of the rewards: set "
+                "multi_objective_aggregation='sum_then_normalize'."
+            )
+        if self.dynamic_sampling:
+            raise ValueError(
+                "value_baseline='poise' is not combined with dynamic_sampling: that drops zero-variance groups and "
+                "regenerates, while POISE trains on every prompt (the authors' run has no filtering and no dynamic "
+                "sampling) and its probe learns from every group. Turn one of them off."
+            )
+        if self.curation == "self":
+            raise ValueError(
+                "value_baseline='poise' is not combined with curation='self': SELF drops the solved prompts' "
+                "rollouts after the advantages are computed, so the trained rows and the probe's rows would differ. "
+                "curation='pass_rate' (which only chooses the prompts) composes. Turn one of them off."
+            )
+        counts = {
+            "poise_pool_n": self.poise_pool_n,
+            "poise_warmup_steps": self.poise_warmup_steps,
+            "poise_bootstrap_steps": self.poise_bootstrap_steps,
+        }
+        for name, value in counts.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r} (authors: {POISE_PAPER_SETTINGS}).")
+        for name in ("poise_prompt_pca", "poise_response_pca"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0 (0: no projection), got {value!r}.")
+        layer = self.poise_layer
+        if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or layer < 0):
+            raise ValueError(f"poise_layer must be a 0-based layer index >= 0, or None, got {self.poise_layer!r}.")
+        if not self.poise_alpha > 0:
+            raise ValueError(f"poise_alpha must be > 0 (authors: 100), got {self.poise_alpha!r}.")
+        if not self.poise_clip_min < self.poise_clip_max:
+            raise ValueError(
+                f"poise_clip_min ({self.poise_clip_min!r}) must be < poise_clip_max ({self.poise_clip_max!r})."
+            )
+        if self.poise_buffer_rows < self.num_generations:
+            raise ValueError(
+                f"poise_buffer_rows ({self.poise_buffer_rows}) must hold at least one prompt group "
+                f"({self.num_generations} rows); the authors keep 4096."
+            )
+        if self.poise_target_mode not in POISE_TARGET_MODES:
+            raise ValueError(
+                f"poise_target_mode={self.poise_target_mode!r} is not supported. Use one of {list(POISE_TARGET_MODES)}."
             )

@@ -29,26 +29,15 @@ from .checkpoint_state import CheckpointState, CheckpointStateMixin
 from .curation_mixin import CurationMixin
 from .dynamic_sampling import DynamicSamplingMixin
 from .grpo_config import RLVRGRPOConfig
+from .hooked_forward import hooked_forward
 from .inputs import check_grpo_inputs, resolve_reward_names
+from .poise_baseline import PoiseBaselineMixin
 from .popo import PopoMixin
 from .rsi_selection import RSISelectionMixin
 from .signal_check import TrainingSignalCheckMixin
 from .vllm_cpu import install_cpu_weight_sync, vllm_build_patches
 
 
-# The multimodal inputs TRL's `_compute_loss` passes to `_get_per_token_logps_and_entropies`
-_FORWARD_KEYS = (
-    "pixel_values",
-    "image_grid_thw",
-    "num_images",
-    "pixel_attention_mask",
-    "spatial_shapes",
-    "num_tiles",
-    "image_sizes",
-    "token_type_ids",
-    "mm_token_type_ids",
-    "image_position_ids",
-)
 # The copies of TRL's methods that match the installed TRL (a clear ImportError on an unsupported version)
 _TRL_COPY = load_copy("grpo")
 
@@ -60,6 +49,7 @@ class RLVRGRPOTrainer(
     CheckpointStateMixin,
     RSISelectionMixin,
     PopoMixin,
+    PoiseBaselineMixin,
     GRPOTrainer,
 ):
     """[`~trl.GRPOTrainer`] with this package's methods, configured by [`RLVRGRPOConfig`].
@@ -85,6 +75,10 @@ class RLVRGRPOTrainer(
     - POPO (`objective="popo"`, https://arxiv.org/abs/2605.06650): TRL's loss replaced by a positive-only weighted NLL,
       a cosine to an EMA copy through a predictor, and an entropy bonus (`PopoMixin`, `trl_rlvr_ext.losses.popo`);
       logged as `popo/*`. Refuses the options that act on TRL's loss.
+    - POISE's value baseline (`value_baseline="poise"`, https://arxiv.org/abs/2605.07579): each rollout's advantage
+      is its reward minus its sibling's value, predicted by a ridge probe on the policy's hidden states at one layer,
+      fitted online (RLOO while it bootstraps), see `PoiseBaselineMixin` and `trl_rlvr_ext.losses.poise`; logged as
+      `poise/*`. DelTA, NSR, ACPO and RSI-S act on POISE's advantages.
     - Online curation (`curation="self"`, https://huggingface.co/papers/2510.02230, or `"pass_rate"`): train only on
       prompts the policy does not yet solve greedily, or sample prompts by a running pass-rate estimate
       (`CurationMixin`); logged as `curation/*`.
@@ -129,6 +123,7 @@ class RLVRGRPOTrainer(
         # vLLM on CPU: weights reach the engine through vLLM's reload path; elsewhere TRL's own sync stays
         self._vllm_cpu_sync = install_cpu_weight_sync(self)
         self._init_signal_check()  # warns about options that cannot act here; watches the first steps' rewards
+        self._poise_setup()  # POISE: the layer to read, the probe's state and its checkpoint file (when on)
         if self.args.relex_record_steps > 0:  # RELEX: records θ_s − θ_0; training itself is unchanged
             from ..extrapolation.callback import RELEXTrajectoryCallback
 
@@ -345,8 +340,6 @@ class RLVRGRPOTrainer(
         args = self.args
         mode = "train" if self.model.training else "eval"
         completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
-        input_ids = torch.cat([output["prompt_ids"], completion_ids], dim=1)
-        attention_mask = torch.cat([output["prompt_mask"], completion_mask], dim=1)
         logits_to_keep = completion_ids.size(1)
         mask = completion_mask if "tool_mask" not in output else completion_mask * output["tool_mask"]
         captured = []
@@ -356,26 +349,9 @@ class RLVRGRPOTrainer(
             # (a copy, so that the prompt positions of the chunk's hidden states are freed)
             captured.append(module_output[0][:, -logits_to_keep - 1 : -1].detach().clone())
 
-        handle = self._token_credit_backbone().register_forward_hook(capture)
         # Without dropout (LoRA's included), as the authors' pass runs (`actor_module.eval()`): the weights are a
         # deterministic function of the batch, and this pass draws nothing from the global RNG.
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with torch.no_grad():
-                logps, _, _ = self._get_per_token_logps_and_entropies(
-                    self.model,
-                    input_ids,
-                    attention_mask,
-                    logits_to_keep,
-                    batch_size=args.per_device_train_batch_size
-                    if mode == "train"
-                    else args.per_device_eval_batch_size,
-                    **{key: output[key] for key in _FORWARD_KEYS if output.get(key) is not None},
-                )
-        finally:
-            handle.remove()
-            self.model.train(was_training)
+        logps, _ = hooked_forward(self, self._token_credit_backbone(), capture, output)
         hidden = torch.cat(captured, dim=0)
         if hidden.shape[:2] != logps.shape:
             raise RuntimeError(

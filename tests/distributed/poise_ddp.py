@@ -1,0 +1,71 @@
+"""2-process CPU run of RLVRGRPOTrainer with POISE (launched by tests/test_poise_distributed.py through torchrun,
+gloo).
+
+Each rank records its own features and its slice of the advantages per generation batch, then saves them with its
+POISE state (buffer, probe, counters), its logged metrics and a checksum of the parameters to <out_dir>/rank<k>.pt; a
+checkpoint at step 3 holds each rank's state file.
+"""
+
+import os
+import sys
+
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import torch
+from grpo_helpers import digit_reward, prompt_dataset, small_grpo_kwargs
+
+from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+
+
+def run(model_path: str, out_dir: str) -> None:
+    kwargs = small_grpo_kwargs(
+        os.path.join(out_dir, "run"),
+        per_device_train_batch_size=4,
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=3,
+        value_baseline="poise",
+        scale_rewards="none",
+        poise_bootstrap_steps=2,
+        poise_warmup_steps=1,
+        poise_prompt_pca=4,
+        poise_response_pca=4,
+        poise_pool_n=4,
+    )
+    trainer = RLVRGRPOTrainer(
+        model=model_path, reward_funcs=digit_reward, args=RLVRGRPOConfig(**kwargs), train_dataset=prompt_dataset()
+    )
+    features, advantages = [], []
+    features_fn, replace_fn = trainer._poise_features, trainer._poise_replace_advantages
+
+    def recording_features(output):
+        local = features_fn(output)
+        features.append(local.clone())
+        return local
+
+    def recording_replace(output):
+        replace_fn(output)
+        advantages.append(output["advantages"].detach().cpu().clone())
+
+    trainer._poise_features = recording_features
+    trainer._poise_replace_advantages = recording_replace
+    trainer.train()
+    params = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+    result = {
+        "world_size": trainer.accelerator.num_processes,
+        "features": features,
+        "advantages": advantages,
+        "state": trainer._poise.state_dict(),
+        "logs": [log for log in trainer.state.log_history if "loss" in log],
+        "param_sum": params.double().sum().item(),
+    }
+    torch.save(result, os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.pt"))
+
+
+if __name__ == "__main__":
+    run(sys.argv[1], sys.argv[2])
+    from clean_exit import exit_cleanly  # the script's folder is on sys.path
+
+    exit_cleanly()  # gloo may abort at interpreter exit after the work is done (clean_exit.py)
