@@ -14,6 +14,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import torch
 from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
+from rank_result import save_rank_result
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 
@@ -53,14 +54,7 @@ def run(model_path: str, out_dir: str, scope: str) -> None:
     trainer._acpo_bins = recording_acpo_bins
     trainer._clip_objective_loss = recording_clip_objective_loss
     trainer.train()
-    params = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
-    result = {
-        "world_size": trainer.accelerator.num_processes,
-        "calls": calls,
-        "logs": [log for log in trainer.state.log_history if "loss" in log],
-        "param_sum": params.double().sum().item(),
-    }
-    torch.save(result, os.path.join(out_dir, f"{scope}_rank{trainer.accelerator.process_index}.pt"))
+    save_rank_result(trainer, out_dir, f"{scope}_rank", calls=calls)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import torch
 from grpo_helpers import digit_reward, prompt_dataset, small_grpo_kwargs
+from rank_result import save_rank_result
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 
@@ -52,16 +52,7 @@ def run(model_path: str, out_dir: str) -> None:
     trainer._poise_features = recording_features
     trainer._poise_replace_advantages = recording_replace
     trainer.train()
-    params = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
-    result = {
-        "world_size": trainer.accelerator.num_processes,
-        "features": features,
-        "advantages": advantages,
-        "state": trainer._poise.state_dict(),
-        "logs": [log for log in trainer.state.log_history if "loss" in log],
-        "param_sum": params.double().sum().item(),
-    }
-    torch.save(result, os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.pt"))
+    save_rank_result(trainer, out_dir, features=features, advantages=advantages, state=trainer._poise.state_dict())
 
 
 if __name__ == "__main__":

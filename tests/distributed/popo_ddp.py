@@ -12,8 +12,8 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import torch
 from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
+from rank_result import save_rank_result
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.grpo import popo
@@ -39,16 +39,13 @@ def run(model_path: str, out_dir: str) -> None:
     popo.popo_weights_from_means = recording_weights
     trainer._popo_weights = recording_local
     trainer.train()
-    params = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
-    result = {
-        "world_size": trainer.accelerator.num_processes,
-        "calls": calls,
-        "ema": [p.detach().clone() for p in trainer._popo_ema_params],
-        "predictor": {n: t.clone() for n, t in trainer._popo_predictor.state_dict().items()},
-        "logs": [log for log in trainer.state.log_history if "loss" in log],
-        "param_sum": params.double().sum().item(),
-    }
-    torch.save(result, os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.pt"))
+    save_rank_result(
+        trainer,
+        out_dir,
+        calls=calls,
+        ema=[p.detach().clone() for p in trainer._popo_ema_params],
+        predictor={n: t.clone() for n, t in trainer._popo_predictor.state_dict().items()},
+    )
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-import torch
 from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
+from rank_result import save_rank_result
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.grpo import rsi_selection
@@ -43,14 +43,7 @@ def run(model_path: str, out_dir: str) -> None:
     rsi_selection.rsi_quantile_bounds = recording_bounds
     trainer._rsi_selection_mask = recording_mask
     trainer.train()
-    params = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
-    result = {
-        "world_size": trainer.accelerator.num_processes,
-        "calls": calls,
-        "logs": [log for log in trainer.state.log_history if "loss" in log],
-        "param_sum": params.double().sum().item(),
-    }
-    torch.save(result, os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.pt"))
+    save_rank_result(trainer, out_dir, calls=calls)
 
 
 if __name__ == "__main__":
