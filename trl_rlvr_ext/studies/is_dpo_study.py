@@ -4,7 +4,7 @@ Claim: offline DPO over-optimises at small β (the gold metric falls while the K
 each pair by the clipped importance ratio π_θ/π_D (`ISDPOTrainer`) gives a better gold-vs-KL frontier.
 
 Setting. The tasks are the reasoning-gym presets of the ``self`` study, with the same warm-started bases (reused from
-`trl_rlvr_ext.studies.self_study`, so the cached bases are hit). Per task the preference data are built once, from the
+`trl_rlvr_ext.studies.tasks`, so the cached bases are hit). Per task the preference data are built once, from the
 base model's own samples, and shared by every arm and seed (``<out_dir>/<task>/_data/<key>/``, written atomically):
 
 - ``DATA_PROMPTS`` train prompts, ``num_generations`` samples each at temperature 1 (the sampling layer,
@@ -78,6 +78,7 @@ from .runner import (
     log_column,
     validation_split,
 )
+from .tasks import shared_tasks
 from .verdicts import Claim
 
 
@@ -912,14 +913,8 @@ def matched_kl_section(task_name: str, rows: list[dict], out_dir: Path) -> list[
 
 
 def make_study() -> Study:
-    from .self_study import _gym_task
-
-    tasks = {
-        # "<answer>['9.0', '25.0', '83.0']</answer>" + EOS = 42 tokens
-        "number_sorting": _gym_task("number_sorting", "number_sorting", 44),
-        # "<answer>" + at most "-18" + "</answer>" + EOS = 21 tokens
-        "chain_sum": _gym_task("chain_sum", "chain_sum", 24),
-    }
+    shared = shared_tasks()  # the shared tasks and their cached warm-started bases
+    tasks = {name: shared[name] for name in ("number_sorting", "chain_sum")}
     arms = {"base": Arm("base", train=False)}
     for beta in (0.01, 0.1):
         arms[f"dpo_b{beta}"] = Arm(f"dpo_b{beta}", config={"beta": beta, "importance_sampling": False})

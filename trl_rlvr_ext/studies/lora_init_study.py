@@ -41,7 +41,7 @@ import statistics
 from pathlib import Path
 
 from .runner import Arm, Column, Setting, Study, StudySizes, log_column, size_flags, train_log_series
-from .self_study import make_study as make_self_study
+from .tasks import shared_tasks
 from .verdicts import Claim
 
 
@@ -454,7 +454,7 @@ _STUDY_SIZES = Study("lora_init", CLAIM, {}, {}, sizes=SIZES)
 
 
 def make_study() -> Study:
-    gym_tasks = make_self_study().tasks  # the same tasks and cached warm-started bases as the self study
+    gym_tasks = shared_tasks()  # the shared tasks and their cached warm-started bases
     arms = {"base": Arm("base", train=False)}
     for method in METHODS:
         for rate in ladder_of(method):  # lowest first; the rates past the grid run in the validated design only

@@ -22,7 +22,7 @@ import os
 import re
 import shlex
 
-from .runner import Study, StudyTask
+from .design import Study, StudyTask
 
 
 # Warm-start steps of a user's reasoning-gym base: those of the presets (a mixture learns several skills)
