@@ -281,7 +281,7 @@ def test_the_boundary_plot_takes_seeds_probed_at_different_steps(tmp_path, monke
     probe the other lacks; the plot aligns them on the union of the steps (NaN where a seed has none)."""
     import matplotlib.axes
 
-    from trl_rlvr_ext.studies.runner import _plot
+    from trl_rlvr_ext.studies.summary import _plot
 
     def run(seed, steps):
         boundary = [{"step": s, "boundary/interference_frac": s / 100} for s in steps]

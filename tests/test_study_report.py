@@ -196,7 +196,8 @@ def test_the_pages_show_the_held_out_composition_the_audit_found():
 
 
 def test_boundary_per_problem_counts_lost_and_gained_against_the_same_seed_base():
-    from trl_rlvr_ext.studies.report import PAGES, boundary_block
+    from trl_rlvr_ext.studies.report import PAGES
+    from trl_rlvr_ext.studies.self_study.pages import boundary_block
 
     page, setting = PAGES["self"], PAGES["self"].settings[0]
     sizes = dict(setting.match)
@@ -209,7 +210,8 @@ def test_boundary_per_problem_counts_lost_and_gained_against_the_same_seed_base(
 
 
 def test_clipped_ratio_histograms_sum_the_logged_counts_per_side():
-    from trl_rlvr_ext.studies.report import PAGES, clipped_ratio_block
+    from trl_rlvr_ext.studies.nsr_study.pages import clipped_ratio_block
+    from trl_rlvr_ext.studies.report import PAGES
 
     page, setting = PAGES["nsr"], PAGES["nsr"].settings[0]
     sizes = dict(setting.match)
@@ -240,7 +242,8 @@ def test_clipped_ratio_histograms_sum_the_logged_counts_per_side():
 
 def test_stability_applies_the_margin_to_every_seed_of_every_rate():
     from trl_rlvr_ext.studies.lora_init_study import STABLE_MARGIN, stable
-    from trl_rlvr_ext.studies.report import PAGES, stability_block
+    from trl_rlvr_ext.studies.lora_init_study.pages import stability_block
+    from trl_rlvr_ext.studies.report import PAGES
 
     assert STABLE_MARGIN == 0.05
     assert stable({"pass_at_k": {"1": 0.36}}, 0.40) and not stable({"pass_at_k": {"1": 0.34}}, 0.40)
@@ -343,10 +346,10 @@ def test_a_boundary_claim_counts_only_where_its_prerequisite_is_reproduced(tmp_p
 def test_comparisons_leave_out_the_near_duplicates_of_train_problems(tmp_path, monkeypatch):
     """`judged_problems` keeps the held-out problems that are not a reordering of a train problem; the pairing then
     judges only those (a difference confined to the near duplicates disappears), and the claims table says so."""
-    from trl_rlvr_ext.studies import report
+    from trl_rlvr_ext.studies import judging, report
 
     flags = (True, False) * 10
-    monkeypatch.setattr(report, "_near_duplicate_flags", lambda dataset, start, stop: flags[start:stop])
+    monkeypatch.setattr(judging, "_near_duplicate_flags", lambda dataset, start, stop: flags[start:stop])
     monkeypatch.setattr(report, "splits_block", lambda settings_records: "")  # no real dataset behind the name
     dataset = "reasoning_gym:x"
     records = [

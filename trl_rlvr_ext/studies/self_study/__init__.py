@@ -11,11 +11,11 @@ from every batch, so it trains on fewer prompts even where it makes every update
 With ``quick``, every task starts from the randomly initialised tiny model instead (a smoke run).
 """
 
-from . import base_steps
-from .design import Arm, Column, Setting, Study
-from .runner import generation_batches, prompts_trained, updates_made
-from .tasks import GYM_BASE_DEMONSTRATIONS, GYM_BASE_STEPS, TOY9, gym_task, shared_tasks  # noqa: F401 (re-exported)
-from .verdicts import Claim
+from .. import base_steps
+from ..design import Arm, Column, Setting, Study
+from ..runner import generation_batches, prompts_trained, updates_made
+from ..tasks import GYM_BASE_DEMONSTRATIONS, GYM_BASE_STEPS, TOY9, gym_task, shared_tasks  # noqa: F401 (re-exported)
+from ..verdicts import Claim
 
 
 CLAIM = (
