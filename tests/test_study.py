@@ -299,3 +299,17 @@ def test_the_boundary_plot_takes_seeds_probed_at_different_steps(tmp_path, monke
     assert (tmp_path / "t_boundary.png").read_bytes()[:4] == b"\x89PNG"
     # the interference panel (the others' metric is absent: all NaN): step 40 is seed 0's alone
     assert ([0, 20, 40], [0.0, 0.2, 0.4]) in [(steps, mean) for _, steps, mean in plotted]
+
+
+def test_no_study_is_named_like_a_subcommand_of_study():
+    """`trl-rlvr-ext study <name>` stands for `study run <name>`: a study named like a subcommand would be shadowed."""
+    from trl_rlvr_ext.scripts.study import SUBCOMMANDS
+    from trl_rlvr_ext.studies import STUDIES
+
+    assert not set(STUDIES) & set(SUBCOMMANDS)
+
+
+def test_study_run_is_the_explicit_spelling_of_study_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_RLVR_EXT_DEBUG", "1")  # the CLI re-raises its clear errors instead of one line
+    with pytest.raises(ValueError, match="choose from"):
+        main(["study", "run", "self", "--quick", "--tasks", "toyy", "--out_dir", str(tmp_path)])
