@@ -443,3 +443,15 @@ def test_seed_ranges_by_hand():
 
     assert seed_ranges([4, 0, 1, 2, 3, 7]) == "0-4,7"
     assert seed_ranges([20, 21]) == "20,21" and seed_ranges([0, 2, 3, 4]) == "0,2-4" and seed_ranges([]) == ""
+
+
+def test_mean_sd_by_hand():
+    """The one "mean ± sd" cell of every table: None always left out, NaN left out unless kept, a sign on request."""
+    from trl_rlvr_ext.studies.markdown import mean_sd
+
+    assert mean_sd([0.5, None, 0.7]) == "0.600 ± 0.141"
+    assert mean_sd([0.5, float("nan")]) == "0.500"
+    assert mean_sd([0.5, float("nan")], keep_nan=True) == "nan" and mean_sd([float("nan")], keep_nan=True) == "nan"
+    assert mean_sd([None, float("nan")]) == "n/a" and mean_sd([]) == "n/a"
+    assert mean_sd([1.0, 3.0], digits=0) == "2 ± 1"
+    assert mean_sd([0.25], signed=True) == "+0.250" and mean_sd([-0.1, -0.3], signed=True) == "-0.200 ± 0.141"

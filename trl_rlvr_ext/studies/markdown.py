@@ -1,7 +1,10 @@
 """Markdown primitives of the evidence pages: table rows, signed numbers and intervals, seed ranges, and `fill`, which
-writes rendered blocks between their markers in a page's hand-written text. No study is named here."""
+writes rendered blocks between their markers in a page's hand-written text, and `mean_sd`, the one "mean ± sd" cell of
+every table. No study is named here."""
 
+import math
 import re
+import statistics
 
 from .verdicts import Judgement
 
@@ -65,3 +68,18 @@ def fill(text: str, blocks: dict[str, str], where: str = "page") -> str:
 
 
 BLOCK_IDS = re.compile(r"<!-- rendered: (\S+) -->")
+
+
+def mean_sd(values, digits: int = 3, *, signed: bool = False, keep_nan: bool = False) -> str:
+    """A table cell: the mean ± the sample sd of ``values`` at ``digits`` decimals; one value alone without its sd.
+
+    ``None`` (a run that does not have the value) is always left out, and so is NaN unless ``keep_nan``: then a NaN
+    makes the cell ``nan``, without an sd (the one-run cells of a rate table, where a missing measurement must stay
+    visible). Nothing left: ``"n/a"``. ``signed``: the mean with its sign, ``+`` included (a change)."""
+    kept = [v for v in values if v is not None and (keep_nan or not math.isnan(v))]
+    if not kept:
+        return "n/a"
+    mean = f"{statistics.fmean(kept):{'+' if signed else ''}.{digits}f}"
+    if len(kept) == 1 or any(math.isnan(v) for v in kept):  # the sd of one value, or of a NaN, is not a number
+        return mean
+    return f"{mean} ± {statistics.stdev(kept):.{digits}f}"

@@ -14,9 +14,8 @@ import numpy as np
 
 from ..evaluation.pass_at_k import pass_at_k
 from .design import Column
-from .markdown import row, table
+from .markdown import mean_sd, row, table
 from .records import end_probe, read_records_text
-from .summary import mean_sd
 from .verdicts import Claim
 
 

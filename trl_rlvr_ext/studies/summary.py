@@ -3,7 +3,6 @@ trivial-policy rows), Pass@k and boundary plots, training curves.
 """
 
 import dataclasses
-import math
 import statistics
 import warnings
 from pathlib import Path
@@ -13,6 +12,7 @@ from .design import (
     StudySizes,
     train_log_series,
 )
+from .markdown import mean_sd
 from .records import end_probe
 from .run_files import atomic_write
 
@@ -22,15 +22,6 @@ def size_flags(study: Study, sizes: StudySizes, quick: bool, setting: str | None
     reference = study.default_sizes(quick, setting)
     changed = [f.name for f in dataclasses.fields(sizes) if getattr(sizes, f.name) != getattr(reference, f.name)]
     return "".join(f" --{name} {getattr(sizes, name)}" for name in changed)
-
-
-def mean_sd(values: list[float], digits: int = 3) -> str:
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    if not values:
-        return "n/a"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
 
 
 def chance_pass_at_k(dataset: str, num_problems: int, ks: list[int]) -> dict[int, float] | None:

@@ -8,6 +8,7 @@ import math
 import statistics
 from pathlib import Path
 
+from ..markdown import mean_sd
 from ..runner import Column, Study, StudySizes, log_column, size_flags, train_log_series
 from .design import (
     CLAIM,
@@ -166,15 +167,6 @@ COLUMNS = [
 ]
 
 
-def _mean_sd(values: list[float | None], digits: int = 3) -> str:
-    values = [v for v in values if v is not None]
-    if not values:
-        return "n/a"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
 def rate_tables(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
     """Markdown: the whole sweep (seed 0, every run on disk) with the chosen rates, and the phase-2 command."""
     results = load_results(out_dir, task_name) or rows
@@ -202,11 +194,11 @@ def rate_tables(task_name: str, rows: list[dict], out_dir: Path) -> list[str]:
                 method,
                 f"{mark}{rate}{mark}",
                 f"{mark}{r['pass_at_k']['1']:.3f}{mark}",
-                _mean_sd([COLUMNS[0].value(r)], 2),
-                _mean_sd([grad_norm_spikes(r)], 0),
-                _mean_sd([final_reward(r)]),
-                _mean_sd([reward_change(r)]),
-                _mean_sd([collapsed(r)], 0),
+                mean_sd([COLUMNS[0].value(r)], 2, keep_nan=True),
+                mean_sd([grad_norm_spikes(r)], 0, keep_nan=True),
+                mean_sd([final_reward(r)], keep_nan=True),
+                mean_sd([reward_change(r)], keep_nan=True),
+                mean_sd([collapsed(r)], 0, keep_nan=True),
                 ",".join(map(str, seeds)),
             ]
             lines.append("| " + " | ".join(cells) + " |")
