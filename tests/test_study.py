@@ -258,8 +258,8 @@ def test_a_setting_chooses_the_precision_trained_arms_are_evaluated_at(tmp_path,
     seen = {}
     evaluate = runner.evaluate_and_record
 
-    def spy(study, task, arm, seed, out_dir, sizes, quick, command, model, *args, **kwargs):
-        if arm.train:
+    def spy(run, model, *args, **kwargs):
+        if run.arm.train:
 
             def hook(module, inputs):
                 seen["autocast"] = torch.is_autocast_enabled("cpu")
@@ -268,7 +268,7 @@ def test_a_setting_chooses_the_precision_trained_arms_are_evaluated_at(tmp_path,
             handle = list(model.modules())[-1].register_forward_pre_hook(hook)
             model(input_ids=torch.tensor([[1, 2, 3]]))
             handle.remove()
-        return evaluate(study, task, arm, seed, out_dir, sizes, quick, command, model, *args, **kwargs)
+        return evaluate(run, model, *args, **kwargs)
 
     monkeypatch.setattr(runner, "evaluate_and_record", spy)
     (result,) = runner.run_study(study, tmp_path, tasks=["toy"], arms=["grpo"], seeds=[0], quick=True, setting="one")

@@ -38,10 +38,7 @@ from .design import (  # noqa: F401  (re-exported: the names the studies import 
     log_column,
     train_log_series,
 )
-from .run_files import (
-    atomic_write,
-    finished_result,
-)
+from .run_files import RunSpec, atomic_write, finished_result, result_path, run_dir
 from .run_inputs import (  # noqa: F401  (re-exported: the runner's names, as before its split)
     RunInputs,
     base_model_path,
@@ -92,8 +89,8 @@ def run_one(
 
     if (done := finished_result(out_dir, task, arm, seed)) is not None:
         return done
-    run_dir = out_dir / task.name / arm.name / f"seed{seed}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    folder = run_dir(out_dir, task.name, arm.name, seed)
+    folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     evaluate_on = study.get_setting(setting).evaluate_on if setting is not None else "test"
     precision = study.get_setting(setting).evaluate_precision if setting is not None else "trainer"
@@ -109,7 +106,7 @@ def run_one(
 
         from ..grpo.grpo_trainer import RLVRGRPOTrainer
 
-        args, config = _grpo_config(run_dir, task, arm, sizes, seed)
+        args, config = _grpo_config(folder, task, arm, sizes, seed)
         tokenizer = AutoTokenizer.from_pretrained(base_path)
         probes = [{"prompt": row["prompt"], "completion": task.gold_completion(row)} for row in probe_rows]
         peft_config = None
@@ -161,50 +158,39 @@ def run_one(
     if evaluated_on:  # the record's pass@k is not on the test problems: it says so
         extra["evaluated_on"] = evaluated_on
     result = evaluate_and_record(
-        study,
-        task,
-        arm,
-        seed,
-        out_dir,
-        sizes,
-        quick,
-        command,
+        RunSpec(study, task, arm, seed, out_dir, sizes, quick, command, setting),
         model,
         tokenizer,
         test,
         reward,
-        base_path,
-        start,
-        train_seconds,
-        extra,
-        setting=setting,
+        base_path=base_path,
+        start=start,
+        train_seconds=train_seconds,
+        extra=extra,
     )
     return result
 
 
 def evaluate_and_record(
-    study: Study,
-    task: StudyTask,
-    arm: Arm,
-    seed: int,
-    out_dir: Path,
-    sizes: StudySizes,
-    quick: bool,
-    command: str,
+    run: RunSpec,
     model,
     tokenizer,
     test,
     reward,
+    *,
     base_path: str,
     start: float,
     train_seconds: float,
     extra: dict,
-    setting: str | None = None,
 ) -> dict:
     """The end of every run: the final model's unbiased Pass@k on the held-out problems (temperature 1, sampling seed
     ``1000 + seed``), then ``result.json`` (the keys the table reads, ``extra``, the wall time since ``start`` and a
     command that reruns just this run), written last and atomically."""
     from ..evaluation import evaluate_pass_at_k
+
+    study, task, arm, seed, out_dir, sizes, quick, command, setting = (
+        getattr(run, field.name) for field in dataclasses.fields(RunSpec)
+    )
 
     evaluation = evaluate_pass_at_k(
         model,
@@ -244,9 +230,7 @@ def evaluate_and_record(
         + (" --quick" if quick else "")
         + size_flags(study, sizes, quick, setting),
     }
-    atomic_write(
-        out_dir / task.name / arm.name / f"seed{seed}" / "result.json", json.dumps(result, indent=1, default=float)
-    )
+    atomic_write(result_path(out_dir, task.name, arm.name, seed), json.dumps(result, indent=1, default=float))
     return result
 
 
@@ -327,7 +311,7 @@ def run_study(
         # seed by seed, so that an interrupted study has every arm at its first seeds
         for seed in seeds:
             for arm_name in order:
-                done = (out / task_name / arm_name / f"seed{seed}" / "result.json").is_file()
+                done = result_path(out, task_name, arm_name, seed).is_file()
                 log(f"[{study.name}] {task_name} / {arm_name} / seed {seed}: {'done, loading' if done else 'running'}")
                 run = study.run_one or run_one
                 arm = study.arm_in_setting(study.arms[arm_name], setting)

@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..run_files import RunSpec, finished_result, run_dir
 from ..runner import (
     Arm,
     Study,
@@ -15,7 +16,6 @@ from ..runner import (
     StudyTask,
     common_training_settings,
     evaluate_and_record,
-    finished_result,
     load_run_inputs,
     validation_split,
 )
@@ -212,7 +212,7 @@ def run_one(
 
     if (done := finished_result(out_dir, task, arm, seed)) is not None:
         return done
-    run_dir = out_dir / task.name / arm.name / f"seed{seed}"
+    folder = run_dir(out_dir, task.name, arm.name, seed)
     if sizes.steps_per_generation != 1:
         raise ValueError(
             f"steps_per_generation={sizes.steps_per_generation} means nothing to the is_dpo study (offline pairs, no "
@@ -231,7 +231,7 @@ def run_one(
     base = design.base
     pairs, data_meta = build_preference_data(task, sizes, quick, out_dir, base=base) if arm.train else (None, None)
     start = time.perf_counter()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     splits, test, probe_rows, reward, base_path, evaluated_on = load_run_inputs(
         task, sizes, quick, design.evaluate_on, base
     )
@@ -243,7 +243,7 @@ def run_one(
     best = BestCheckpoint() if early_stopping else None
     config, log_history, train_seconds, steps, stopped = None, [], 0.0, [0], None
     if arm.train:
-        args, config = _dpo_config(run_dir, arm, sizes, seed)
+        args, config = _dpo_config(folder, arm, sizes, seed)
         steps = design.probe_steps(args.max_steps, sizes.probe_every)
     frontier = _frontier_callback_class()(
         None,
@@ -292,21 +292,13 @@ def run_one(
     if evaluated_on:  # the frontier and the Pass@k are not on the test problems: it says so
         extra["evaluated_on"] = evaluated_on
     return evaluate_and_record(
-        study,
-        task,
-        arm,
-        seed,
-        out_dir,
-        sizes,
-        quick,
-        command,
+        RunSpec(study, task, arm, seed, out_dir, sizes, quick, command, setting),
         model,
         tokenizer,
         test,
         reward,
-        base_path,
-        start,
-        train_seconds,
-        extra,
-        setting=setting,
+        base_path=base_path,
+        start=start,
+        train_seconds=train_seconds,
+        extra=extra,
     )
