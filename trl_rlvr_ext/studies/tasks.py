@@ -66,14 +66,17 @@ def _toy_gold(row: dict) -> str:
     return format_completion(row["answer"])
 
 
-def _gym_gold(row: dict) -> str:
-    return f"<answer>{row['answer']}</answer>"
+def gym_gold(row: dict) -> str:
+    """A reasoning-gym row's gold completion, under the ``reasoning_gym`` reward's convention."""
+    from .gym_bases import completion_of
+
+    return completion_of(row["answer"])
 
 
 def gym_task(name: str, preset: str, max_completion_length: int) -> StudyTask:
     from .gym_bases import PRESETS
 
-    return StudyTask(name, PRESETS[preset], "reasoning_gym", _gym_base(preset), _gym_gold, max_completion_length)
+    return StudyTask(name, PRESETS[preset], "reasoning_gym", _gym_base(preset), gym_gold, max_completion_length)
 
 
 def shared_tasks() -> dict[str, StudyTask]:

@@ -72,8 +72,7 @@ def dataset_task(dataset: str, reward: str | None = None, base_model: str | None
 
             return get_gym_base_model_path(dataset=dataset, num_steps=steps)
 
-        def gold(row: dict) -> str:
-            return f"<answer>{row['answer']}</answer>"
+        from .tasks import gym_gold as gold
 
         base, reward = warm_started, reward or "reasoning_gym"
     elif dataset.split("?")[0] == "toy:arithmetic":
