@@ -44,23 +44,38 @@ def _toy9_base(quick: bool) -> str:
     return resolve_model_name_or_path("toy:tiny" if quick else toy_base_for(TOY9))
 
 
-def _gym_base(preset: str):
+def gym_base(dataset: str, given: str | None = None, **settings):
+    """The ``base_model(quick, **overrides)`` of a reasoning-gym task: the tiny toy model for ``--quick``, else
+    ``given`` (a base the user named) or the cached base warm-started on ``dataset`` (a preset or a ``reasoning_gym:``
+    name) with ``settings`` (`GymWarmStartSettings` fields); ``overrides`` (a setting's `Setting.base`, e.g. the
+    base-steps calibration's) replace them. The one place a study's reasoning-gym base is built."""
+
     def base_model(quick: bool, **overrides) -> str:
-        """The preset's base; ``overrides`` (a setting's `Setting.base`, e.g. the base-steps calibration's) replace
-        its warm-start settings."""
         if quick:
             return _tiny(quick)
+        if given:
+            if overrides:
+                raise ValueError(
+                    f"The setting overrides the base's warm start ({overrides}), but the base was given ({given}): "
+                    "nothing is warm-started to override."
+                )
+            return given
         from .gym_bases import get_gym_base_model_path
 
-        settings = {"num_steps": GYM_BASE_STEPS[preset]}
-        if preset in GYM_BASE_DEMONSTRATIONS:
-            settings["demonstrations"] = GYM_BASE_DEMONSTRATIONS[preset]
-        return get_gym_base_model_path(dataset=preset, **{**settings, **overrides})
+        return get_gym_base_model_path(dataset=dataset, **{**settings, **overrides})
 
     return base_model
 
 
-def _toy_gold(row: dict) -> str:
+def _gym_base(preset: str):
+    settings = {"num_steps": GYM_BASE_STEPS[preset]}
+    if preset in GYM_BASE_DEMONSTRATIONS:
+        settings["demonstrations"] = GYM_BASE_DEMONSTRATIONS[preset]
+    return gym_base(preset, **settings)
+
+
+def toy_gold(row: dict) -> str:
+    """A toy row's gold completion."""
     from ..toy.task import format_completion
 
     return format_completion(row["answer"])
@@ -83,7 +98,7 @@ def shared_tasks() -> dict[str, StudyTask]:
     """Every shared task by name, in the order the studies list them."""
     return {
         # "[" + 4 digits + "]" + EOS
-        "toy": StudyTask("toy", "toy:arithmetic", "toy_accuracy", _toy_base, _toy_gold, 7),
+        "toy": StudyTask("toy", "toy:arithmetic", "toy_accuracy", _toy_base, toy_gold, 7),
         # "<answer>" + at most "-18" + "</answer>" + EOS = 21 tokens
         "chain_sum": gym_task("chain_sum", "chain_sum", 24),
         # "<answer>['9.0', '25.0', '83.0']</answer>" + EOS = 42 tokens
@@ -96,5 +111,5 @@ def shared_tasks() -> dict[str, StudyTask]:
         # countdown's answers under a shorter prompt: the same bound
         "countdown_compact": gym_task("countdown_compact", "countdown_compact", 30),
         # "[" + 10 digits + "]" + EOS
-        "toy9": StudyTask("toy9", TOY9, "toy_accuracy", _toy9_base, _toy_gold, 13),
+        "toy9": StudyTask("toy9", TOY9, "toy_accuracy", _toy9_base, toy_gold, 13),
     }
