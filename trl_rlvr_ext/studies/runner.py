@@ -187,6 +187,7 @@ def evaluate_and_record(
     ``1000 + seed``), then ``result.json`` (the keys the table reads, ``extra``, the wall time since ``start`` and a
     command that reruns just this run), written last and atomically."""
     from ..evaluation import evaluate_pass_at_k
+    from ..sampling import SamplingSettings
 
     study, task, arm, seed, out_dir, sizes, quick, command, setting = (
         getattr(run, field.name) for field in dataclasses.fields(RunSpec)
@@ -197,12 +198,14 @@ def evaluate_and_record(
         test,
         reward,
         tokenizer=tokenizer,
-        num_samples=sizes.eval_samples,
-        temperature=1.0,
-        top_p=1.0,
-        max_new_tokens=task.max_completion_length,
+        sampling=SamplingSettings(
+            num_samples=sizes.eval_samples,
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=task.max_completion_length,
+            seed=1000 + seed,
+        ),
         batch_size=max(256, 2 * sizes.eval_samples),
-        seed=1000 + seed,
         label=f"{task.name}/{arm.name}/seed{seed}",
         progress=False,
     )
