@@ -4,20 +4,10 @@
 `run_study` runs (or resumes) one.
 """
 
+from .design import QUICK, Arm, Column, Setting, Study, StudySizes, StudyTask, log_column, train_log_series
 from .registry import STUDIES, get_study
-from .runner import (
-    QUICK,
-    Arm,
-    Column,
-    Setting,
-    Study,
-    StudySizes,
-    StudyTask,
-    log_column,
-    run_study,
-    summarize,
-    train_log_series,
-)
+from .runner import run_study
+from .summary import summarize
 
 
 __all__ = [

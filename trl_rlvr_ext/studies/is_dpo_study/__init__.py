@@ -51,7 +51,7 @@ per train prompt for the preference data, ``probe_problems`` / ``probe_every`` =
 interval; ``steps_per_generation`` is unused (keep 1).
 """
 
-from ..runner import Arm, Column, Study, log_column
+from ..design import Arm, Column, Study, log_column
 from ..tasks import shared_tasks
 from .claims import (  # noqa: F401  (re-exported: the study's names)
     _DENSE,

@@ -9,11 +9,8 @@ import shutil
 import time
 from pathlib import Path
 
-from ..runner import (
-    StudySizes,
-    StudyTask,
-    base_model_path,
-)
+from ..design import StudySizes, StudyTask
+from ..run_inputs import base_model_path
 from .design import _DATA_VERSION, DATA_PROMPTS, QUICK_DATA_PROMPTS
 
 

@@ -5,10 +5,7 @@ validated designs and their commands.
 import dataclasses
 
 from .. import base_steps
-from ..runner import (
-    Setting,
-    StudySizes,
-)
+from ..design import Setting, StudySizes
 
 
 # The dense setting's declared runs: fresh seeds (never run before), the arms of claims 3-5 at β = 0.01, then the

@@ -8,17 +8,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..design import Arm, Study, StudySizes, StudyTask
 from ..run_files import RunSpec, finished_result, run_dir
-from ..runner import (
-    Arm,
-    Study,
-    StudySizes,
-    StudyTask,
-    common_training_settings,
-    evaluate_and_record,
-    load_run_inputs,
-    validation_split,
-)
+from ..run_inputs import common_training_settings, load_run_inputs, validation_split
+from ..runner import evaluate_and_record
 from .data import build_preference_data
 from .design import DATA_PROMPTS, FRONTIER_SAMPLES, QUICK_DATA_PROMPTS, RECORDS_FRONTIER, SETTINGS
 

@@ -2,7 +2,7 @@
 settings (sweep on validation problems, then confirmation on fresh seeds) and the arm names.
 """
 
-from ..runner import Arm, Setting, StudySizes
+from ..design import Arm, Setting, StudySizes
 from ..verdicts import Claim
 
 

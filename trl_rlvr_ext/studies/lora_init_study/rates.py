@@ -8,8 +8,9 @@ import math
 import statistics
 from pathlib import Path
 
+from ..design import Column, Study, StudySizes, log_column, train_log_series
 from ..markdown import mean_sd
-from ..runner import Column, Study, StudySizes, log_column, size_flags, train_log_series
+from ..summary import size_flags
 from .design import (
     CLAIM,
     COLLAPSE_FRACTION,

@@ -41,7 +41,7 @@ reward and entropy, the largest gradient norm and the collapse rule of `collapse
 import dataclasses
 import math
 
-from ..runner import Arm, Column, Setting, Study, StudySizes, log_column, train_log_series
+from ..design import Arm, Column, Setting, Study, StudySizes, log_column, train_log_series
 from ..tasks import shared_tasks
 from ..verdicts import Claim
 

@@ -12,8 +12,8 @@ With ``quick``, every task starts from the randomly initialised tiny model inste
 """
 
 from .. import base_steps
+from ..budgets import generation_batches, prompts_trained, updates_made
 from ..design import Arm, Column, Setting, Study
-from ..runner import generation_batches, prompts_trained, updates_made
 from ..tasks import GYM_BASE_DEMONSTRATIONS, GYM_BASE_STEPS, TOY9, gym_task, shared_tasks  # noqa: F401 (re-exported)
 from ..verdicts import Claim
 
