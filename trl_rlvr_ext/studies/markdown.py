@@ -5,8 +5,11 @@ every table. No study is named here."""
 import math
 import re
 import statistics
+from typing import TYPE_CHECKING
 
-from .verdicts import Judgement
+
+if TYPE_CHECKING:  # only a type here: the run loop's tables import this module, and `study --help` stays light
+    from .verdicts import Judgement
 
 
 def row(cells) -> str:
@@ -26,7 +29,7 @@ def signed(value: float) -> str:
     return f"{value:+.3f}"
 
 
-def interval(j: Judgement) -> str:
+def interval(j: "Judgement") -> str:
     return f"[{signed(j.low)}, {signed(j.high)}]"
 
 
