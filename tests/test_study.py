@@ -313,3 +313,23 @@ def test_study_run_is_the_explicit_spelling_of_study_name(tmp_path, monkeypatch)
     monkeypatch.setenv("TRL_RLVR_EXT_DEBUG", "1")  # the CLI re-raises its clear errors instead of one line
     with pytest.raises(ValueError, match="choose from"):
         main(["study", "run", "self", "--quick", "--tasks", "toyy", "--out_dir", str(tmp_path)])
+
+
+def test_study_help_stays_light():
+    """`trl-rlvr-ext study --help` answers at once: the studies' engine imports no numpy, torch or TRL at import (the
+    registry imports a study's package only when it is asked for)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys\nfrom trl_rlvr_ext.cli import main\n"
+        "try:\n    main(['study', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('HEAVY', [m for m in ('numpy', 'torch', 'trl', 'transformers') if m in sys.modules])\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "HEAVY []" in result.stdout and "Subcommands:" in result.stdout
