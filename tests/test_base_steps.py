@@ -174,7 +174,7 @@ def test_export_takes_several_out_dirs_and_orders_settings(tmp_path):
 def test_the_calibration_block_renders_the_candidates_and_the_rules_choice(tmp_path):
     from study_records import write_records
 
-    from trl_rlvr_ext.studies.report import BASE_STEPS_RECORDS, base_steps_block
+    from trl_rlvr_ext.studies.self_study.pages import BASE_STEPS_RECORDS, base_steps_block
 
     declared = base_steps_block(None, {}, tmp_path)["base_steps"]
     assert declared.startswith("Declared, not run yet") and f"`{base_steps.COMMANDS[-1]}`" in declared
@@ -196,7 +196,8 @@ def test_the_calibration_block_renders_the_candidates_and_the_rules_choice(tmp_p
 def test_the_chosen_steps_are_the_rules_choice_on_the_committed_records():
     from pathlib import Path
 
-    from trl_rlvr_ext.studies.report import BASE_STEPS_RECORDS, load_records
+    from trl_rlvr_ext.studies.report import load_records
+    from trl_rlvr_ext.studies.self_study.pages import BASE_STEPS_RECORDS
 
     records = load_records(Path(__file__).parent.parent / BASE_STEPS_RECORDS)
     for task in base_steps.STEPS_IN_USE:
@@ -247,8 +248,8 @@ def test_the_preference_data_of_another_base_have_their_own_key(monkeypatch):
         "trl_rlvr_ext.studies.gym_bases.get_gym_base_model_path", lambda **s: f"bases/{s['num_steps']}"
     )
     task, sizes = get_study("is_dpo").tasks["number_sorting"], is_dpo_study.IS_DPO_SIZES
-    assert is_dpo_study._data_settings(task, sizes, False)["base_model"] == "bases/400"
-    assert is_dpo_study._data_settings(task, sizes, False, {"num_steps": 800})["base_model"] == "bases/800"
+    assert is_dpo_study.data._data_settings(task, sizes, False)["base_model"] == "bases/400"
+    assert is_dpo_study.data._data_settings(task, sizes, False, {"num_steps": 800})["base_model"] == "bases/800"
 
 
 def test_the_chosen_base_records_ran_their_declared_commands_on_that_base():

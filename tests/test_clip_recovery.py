@@ -179,3 +179,31 @@ def test_extreme_ratios_give_finite_gradients_equal_to_ppo_on_unclipped_tokens(m
         r = torch.exp(log_ratio.detach())
         expected = torch.where(r > 1, (1 + EPS_HIGH) ** 2 / (2 * r), r**3 / (2 * (1 - EPS_LOW) ** 2)) * adv
         torch.testing.assert_close(grad[~unclipped], expected[~unclipped])
+
+
+@pytest.mark.parametrize("mode", ["nsr", "nsr_expected"])
+def test_float64_ratios_are_rescued_at_float64_precision(mode):
+    # The rescue is computed at max(float32, the ratio's dtype): a float64 ratio must see float64 weights and a
+    # float64 draw, not float32 ones (which put gradient errors of ~6e-8 against a float64 reference).
+    r = torch.tensor([[1.5, 1.7, 3.3], [0.5, 0.3, 0.1], [1.1, 0.9, 1.0]], dtype=torch.float64)
+    adv = torch.tensor([[1.0], [-1.0], [0.7]], dtype=torch.float64)
+    ratio = r.clone().requires_grad_(True)
+    generator = torch.Generator().manual_seed(0)
+    objective, masks = clip_recovery_objective(ratio, adv, EPS_LOW, EPS_HIGH, mode=mode, generator=generator)
+    objective.sum().backward()
+
+    upper, lower = 1.0 + EPS_HIGH, 1.0 - EPS_LOW
+    clipped_high, clipped_low = (adv > 0) & (r > upper), (adv < 0) & (r < lower)
+    if mode == "nsr":
+        u = torch.rand(r.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        rescued_high, rescued_low = clipped_high & (u * r <= upper), clipped_low & (u <= r / lower)
+        weight = u
+    else:
+        rescued_high, rescued_low = clipped_high, clipped_low
+        weight = torch.where(clipped_high, upper**2 / (2 * r**2), r**2 / (2 * lower**2))
+    rescued = rescued_high | rescued_low
+    clipped = clipped_high | clipped_low
+    expected_grad = torch.where(rescued, weight * adv, torch.where(clipped, 0.0, adv.expand_as(r)))
+    assert torch.equal(masks["rescued_high"], rescued_high) and torch.equal(masks["rescued_low"], rescued_low)
+    assert rescued.any()
+    torch.testing.assert_close(ratio.grad, expected_grad, rtol=1e-14, atol=0.0)

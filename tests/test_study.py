@@ -258,8 +258,8 @@ def test_a_setting_chooses_the_precision_trained_arms_are_evaluated_at(tmp_path,
     seen = {}
     evaluate = runner.evaluate_and_record
 
-    def spy(study, task, arm, seed, out_dir, sizes, quick, command, model, *args, **kwargs):
-        if arm.train:
+    def spy(run, model, *args, **kwargs):
+        if run.arm.train:
 
             def hook(module, inputs):
                 seen["autocast"] = torch.is_autocast_enabled("cpu")
@@ -268,7 +268,7 @@ def test_a_setting_chooses_the_precision_trained_arms_are_evaluated_at(tmp_path,
             handle = list(model.modules())[-1].register_forward_pre_hook(hook)
             model(input_ids=torch.tensor([[1, 2, 3]]))
             handle.remove()
-        return evaluate(study, task, arm, seed, out_dir, sizes, quick, command, model, *args, **kwargs)
+        return evaluate(run, model, *args, **kwargs)
 
     monkeypatch.setattr(runner, "evaluate_and_record", spy)
     (result,) = runner.run_study(study, tmp_path, tasks=["toy"], arms=["grpo"], seeds=[0], quick=True, setting="one")
@@ -281,7 +281,7 @@ def test_the_boundary_plot_takes_seeds_probed_at_different_steps(tmp_path, monke
     probe the other lacks; the plot aligns them on the union of the steps (NaN where a seed has none)."""
     import matplotlib.axes
 
-    from trl_rlvr_ext.studies.runner import _plot
+    from trl_rlvr_ext.studies.summary import _plot
 
     def run(seed, steps):
         boundary = [{"step": s, "boundary/interference_frac": s / 100} for s in steps]
@@ -299,3 +299,37 @@ def test_the_boundary_plot_takes_seeds_probed_at_different_steps(tmp_path, monke
     assert (tmp_path / "t_boundary.png").read_bytes()[:4] == b"\x89PNG"
     # the interference panel (the others' metric is absent: all NaN): step 40 is seed 0's alone
     assert ([0, 20, 40], [0.0, 0.2, 0.4]) in [(steps, mean) for _, steps, mean in plotted]
+
+
+def test_no_study_is_named_like_a_subcommand_of_study():
+    """`trl-rlvr-ext study <name>` stands for `study run <name>`: a study named like a subcommand would be shadowed."""
+    from trl_rlvr_ext.scripts.study import SUBCOMMANDS
+    from trl_rlvr_ext.studies import STUDIES
+
+    assert not set(STUDIES) & set(SUBCOMMANDS)
+
+
+def test_study_run_is_the_explicit_spelling_of_study_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRL_RLVR_EXT_DEBUG", "1")  # the CLI re-raises its clear errors instead of one line
+    with pytest.raises(ValueError, match="choose from"):
+        main(["study", "run", "self", "--quick", "--tasks", "toyy", "--out_dir", str(tmp_path)])
+
+
+def test_study_help_stays_light():
+    """`trl-rlvr-ext study --help` answers at once: the studies' engine imports no numpy, torch or TRL at import (the
+    registry imports a study's package only when it is asked for)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys\nfrom trl_rlvr_ext.cli import main\n"
+        "try:\n    main(['study', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('HEAVY', [m for m in ('numpy', 'torch', 'trl', 'transformers') if m in sys.modules])\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "HEAVY []" in result.stdout and "Subcommands:" in result.stdout

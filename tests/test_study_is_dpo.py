@@ -410,7 +410,7 @@ def test_the_chosen_rates_are_the_rules_choice_on_the_committed_records_and_thei
 def test_the_rate_calibration_block_renders_each_rate_and_the_rules_choice(tmp_path):
     from study_records import write_records
 
-    from trl_rlvr_ext.studies.report import RATE_CALIBRATION_RECORDS, rate_calibration_block
+    from trl_rlvr_ext.studies.is_dpo_study.pages import RATE_CALIBRATION_RECORDS, rate_calibration_block
 
     records = []
     for setting in ("rate_calibration", "rate_calibration_validated_number_sorting"):

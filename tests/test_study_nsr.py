@@ -244,7 +244,7 @@ def test_calibration_settings_evaluate_on_validation_and_mirror_their_candidates
 
 def test_the_calibration_block_renders_each_candidate_and_the_rules_choice(tmp_path):
     from trl_rlvr_ext.studies.nsr_study import CLIP_CANDIDATES
-    from trl_rlvr_ext.studies.report import CLIP_CALIBRATION_RECORDS, clip_calibration_block
+    from trl_rlvr_ext.studies.nsr_study.pages import CLIP_CALIBRATION_RECORDS, clip_calibration_block
 
     assert "Declared, not run yet" in clip_calibration_block(None, {}, tmp_path)["clip_calibration"]
     names = list(CLIP_CANDIDATES)
@@ -272,7 +272,8 @@ def test_the_chosen_regime_is_the_rules_choice_on_the_committed_calibration_reco
         CONFIRM_SEEDS,
         choose_clip_regime,
     )
-    from trl_rlvr_ext.studies.report import CLIP_CALIBRATION_RECORDS, load_records
+    from trl_rlvr_ext.studies.nsr_study.pages import CLIP_CALIBRATION_RECORDS
+    from trl_rlvr_ext.studies.report import load_records
 
     records = load_records(Path(__file__).parent.parent / CLIP_CALIBRATION_RECORDS)
     assert choose_clip_regime(records) == CLIP_REGIME

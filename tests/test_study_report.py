@@ -196,7 +196,8 @@ def test_the_pages_show_the_held_out_composition_the_audit_found():
 
 
 def test_boundary_per_problem_counts_lost_and_gained_against_the_same_seed_base():
-    from trl_rlvr_ext.studies.report import PAGES, boundary_block
+    from trl_rlvr_ext.studies.report import PAGES
+    from trl_rlvr_ext.studies.self_study.pages import boundary_block
 
     page, setting = PAGES["self"], PAGES["self"].settings[0]
     sizes = dict(setting.match)
@@ -209,7 +210,8 @@ def test_boundary_per_problem_counts_lost_and_gained_against_the_same_seed_base(
 
 
 def test_clipped_ratio_histograms_sum_the_logged_counts_per_side():
-    from trl_rlvr_ext.studies.report import PAGES, clipped_ratio_block
+    from trl_rlvr_ext.studies.nsr_study.pages import clipped_ratio_block
+    from trl_rlvr_ext.studies.report import PAGES
 
     page, setting = PAGES["nsr"], PAGES["nsr"].settings[0]
     sizes = dict(setting.match)
@@ -240,7 +242,8 @@ def test_clipped_ratio_histograms_sum_the_logged_counts_per_side():
 
 def test_stability_applies_the_margin_to_every_seed_of_every_rate():
     from trl_rlvr_ext.studies.lora_init_study import STABLE_MARGIN, stable
-    from trl_rlvr_ext.studies.report import PAGES, stability_block
+    from trl_rlvr_ext.studies.lora_init_study.pages import stability_block
+    from trl_rlvr_ext.studies.report import PAGES
 
     assert STABLE_MARGIN == 0.05
     assert stable({"pass_at_k": {"1": 0.36}}, 0.40) and not stable({"pass_at_k": {"1": 0.34}}, 0.40)
@@ -343,10 +346,10 @@ def test_a_boundary_claim_counts_only_where_its_prerequisite_is_reproduced(tmp_p
 def test_comparisons_leave_out_the_near_duplicates_of_train_problems(tmp_path, monkeypatch):
     """`judged_problems` keeps the held-out problems that are not a reordering of a train problem; the pairing then
     judges only those (a difference confined to the near duplicates disappears), and the claims table says so."""
-    from trl_rlvr_ext.studies import report
+    from trl_rlvr_ext.studies import judging, report
 
     flags = (True, False) * 10
-    monkeypatch.setattr(report, "_near_duplicate_flags", lambda dataset, start, stop: flags[start:stop])
+    monkeypatch.setattr(judging, "_near_duplicate_flags", lambda dataset, start, stop: flags[start:stop])
     monkeypatch.setattr(report, "splits_block", lambda settings_records: "")  # no real dataset behind the name
     dataset = "reasoning_gym:x"
     records = [
@@ -440,3 +443,15 @@ def test_seed_ranges_by_hand():
 
     assert seed_ranges([4, 0, 1, 2, 3, 7]) == "0-4,7"
     assert seed_ranges([20, 21]) == "20,21" and seed_ranges([0, 2, 3, 4]) == "0,2-4" and seed_ranges([]) == ""
+
+
+def test_mean_sd_by_hand():
+    """The one "mean ± sd" cell of every table: None always left out, NaN left out unless kept, a sign on request."""
+    from trl_rlvr_ext.studies.markdown import mean_sd
+
+    assert mean_sd([0.5, None, 0.7]) == "0.600 ± 0.141"
+    assert mean_sd([0.5, float("nan")]) == "0.500"
+    assert mean_sd([0.5, float("nan")], keep_nan=True) == "nan" and mean_sd([float("nan")], keep_nan=True) == "nan"
+    assert mean_sd([None, float("nan")]) == "n/a" and mean_sd([]) == "n/a"
+    assert mean_sd([1.0, 3.0], digits=0) == "2 ± 1"
+    assert mean_sd([0.25], signed=True) == "+0.250" and mean_sd([-0.1, -0.3], signed=True) == "-0.200 ± 0.141"

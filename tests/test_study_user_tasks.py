@@ -56,6 +56,12 @@ def test_a_reasoning_gym_name_gets_a_warm_started_base(monkeypatch):
     mixture = "reasoning_gym:chain_sum+count_bits?size=20&test_size=3&chain_sum.max_digits=1"
     dataset_task(mixture).base_model(False)
     assert calls[-1] == {"dataset": mixture, "num_steps": 1000}
+    # a setting's warm-start overrides reach the build; a base the user gave has no warm start to override
+    assert task.base_model(False, num_steps=800) == "/base" and calls[-1] == {"dataset": NAME, "num_steps": 800}
+    given = dataset_task(NAME, base_model="/mine")
+    assert given.base_model(False) == "/mine"
+    with pytest.raises(ValueError, match="the base was given"):
+        given.base_model(False, num_steps=800)
 
 
 def test_refusals_name_the_fix(tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """`DynamicSamplingMixin`: DAPO's dynamic sampling for `GRPOTrainer` (https://huggingface.co/papers/2503.14476).
 
-Mix it in first (``class RLVRGRPOTrainer(DynamicSamplingMixin, CurationMixin, CheckpointStateMixin, GRPOTrainer)``). With
-``args.dynamic_sampling`` off every override calls ``super()`` unchanged. The rule itself (which groups are informative,
+Mix it in before `CurationMixin` (`RLVRGRPOTrainer` lists it after `TrainingSignalCheckMixin` only: see that class's
+docstring for the order of every shared hook). With ``args.dynamic_sampling`` off every override calls ``super()``
+unchanged. The rule itself (which groups are informative,
 the round accounting, the extra-prompt stream) is trainer-free code in `trl_rlvr_ext.curation.dynamic`; this file
 only wires it into TRL's loop:
 

@@ -89,6 +89,14 @@ class RLVRGRPOTrainer(
 
     The constructor is `GRPOTrainer`'s; `args` is an [`RLVRGRPOConfig`] (a plain `trl.GRPOConfig` runs as stock TRL,
     with this package's options off).
+
+    The method resolution order is this class, `TrainingSignalCheckMixin`, `DynamicSamplingMixin`, `CurationMixin`,
+    `CheckpointStateMixin`, `RSISelectionMixin`, `GRPOTrainer`. Where several classes override one TRL hook, each calls
+    ``super()`` and so wraps the ones after it: `_generate_and_score_completions` runs this class's, then dynamic
+    sampling's (one ``super()`` call per round), then curation's, then TRL's; `_calculate_rewards` runs the signal
+    check's, then dynamic sampling's, then curation's, then TRL's, so the check and curation see every generated group,
+    dropped ones included. `_get_train_sampler`, `_prepare_inputs` and `compute_loss` are curation's only,
+    `_save_checkpoint` / `_load_optimizer_and_scheduler` the checkpoint state's only, `_compute_loss` this class's only.
     """
 
     _tag_names: ClassVar[list[str]] = ["trl", "grpo", "trl-rlvr-ext"]

@@ -107,14 +107,16 @@ def clip_recovery_objective(
     lower, upper = 1.0 - epsilon_low, 1.0 + epsilon_high
     # Stock PPO surrogate, written as TRL writes it so that unrescued elements are bit-identical to TRL's.
     objective, clipped_low, clipped_high = ppo_clipped_objective(ratio, advantages, epsilon_low, epsilon_high, delta)
-    # The rescue rule and its weights in float32 whatever the ratio's dtype: in bf16 (8 mantissa bits) u would take
-    # only 256 values in [0.5, 1) and r·u ≤ 1+ε_h would be decided on rounded products. TRL hands float32 ratios (its
-    # log-probs are float32 even for a bf16 model), for which this is the identity.
-    r = ratio.detach().float()
+    # The rescue rule and its weights in at least float32, at the ratio's own precision when higher: in bf16 (8
+    # mantissa bits) u would take only 256 values in [0.5, 1) and r·u ≤ 1+ε_h would be decided on rounded products;
+    # a float64 ratio rounded to float32 weights would see gradient errors of ~1e-7 (relative). TRL hands float32
+    # ratios (its log-probs are float32 even for a bf16 model), for which this is the identity.
+    compute_dtype = torch.promote_types(ratio.dtype, torch.float32)
+    r = ratio.detach().to(compute_dtype)
 
     if mode == "nsr":
         shape = torch.broadcast_shapes(ratio.shape, advantages.shape)
-        u = torch.rand(shape, generator=generator, device=ratio.device, dtype=torch.float32)
+        u = torch.rand(shape, generator=generator, device=ratio.device, dtype=compute_dtype)
         rescued_high = clipped_high & (u * r <= upper)
         rescued_low = clipped_low & (u <= r / lower)
         weight = u

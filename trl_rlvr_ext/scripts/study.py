@@ -1,6 +1,7 @@
 """``trl-rlvr-ext study <name>``: run (or resume) a study: arms x seeds on tasks, Pass@k table and plots.
 
     trl-rlvr-ext study self --tasks toy --seeds 0,1,2 --out_dir outputs/studies/self
+    trl-rlvr-ext study run self --tasks toy            # the same, with the subcommand spelled out
     trl-rlvr-ext study self --quick --tasks toy        # a smoke run in seconds; its numbers mean nothing
     trl-rlvr-ext study self --tasks 'reasoning_gym:count_bits?max_n=100000'   # a study on your own task
     trl-rlvr-ext study report self [--check]           # render docs/evidence/self.md from its records
@@ -23,8 +24,11 @@ def make_parser() -> argparse.ArgumentParser:
         prog="trl-rlvr-ext study",
         description="Run a study: arms x seeds on its tasks; each final model is evaluated with the unbiased Pass@k "
         "on held-out problems. Writes <out_dir>/results.md (mean ± sd over seeds) and PNG plots. Resumable.",
-        epilog="`trl-rlvr-ext study report <name>` renders the evidence page docs/evidence/<name>.md from its committed "
-        "records instead (tables, intervals, verdicts; see `trl-rlvr-ext study report --help`).",
+        epilog="Subcommands: "
+        + "; ".join(f"`{name}`: {text}" for name, text in SUBCOMMANDS.items())
+        + ". `trl-rlvr-ext study <name>` is `trl-rlvr-ext study run <name>`; `trl-rlvr-ext study report <name>` renders "
+        "the evidence page docs/evidence/<name>.md from its committed records instead (tables, intervals, verdicts; "
+        "see `trl-rlvr-ext study report --help`).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("name", choices=sorted(STUDIES), help="The study.")
@@ -133,14 +137,10 @@ def report_main(argv: list[str]) -> int:
     return 0
 
 
-def cli_main(argv: list[str] | None = None) -> int:
+def run_main(argv: list[str], command: str) -> int:
+    """``trl-rlvr-ext study [run] <name> ...``: run (or resume) a study; ``command`` is recorded in every result."""
     from ..studies import StudySizes, get_study, run_study
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["report"]:  # not a study's name: `study <name>` is unchanged
-        return report_main(argv[1:])
-    if argv[:1] == ["export"]:
-        return export_main(argv[1:])
     args = make_parser().parse_args(argv)
     try:
         seeds = [int(s) for s in _list(args.seeds)]
@@ -156,7 +156,6 @@ def cli_main(argv: list[str] | None = None) -> int:
     sizes = dataclasses.replace(reference, **overrides)
     suffix = (f"-{args.setting}" if args.setting else "") + ("-quick" if args.quick else "")
     out_dir = args.out_dir or f"outputs/studies/{args.name}{suffix}"
-    command = "trl-rlvr-ext study " + shlex.join(argv)
     run_study(
         study,
         out_dir,
@@ -171,6 +170,26 @@ def cli_main(argv: list[str] | None = None) -> int:
         base_model=args.base_model,
     )
     return 0
+
+
+# The subcommands of `trl-rlvr-ext study` and what each does. `study <name> ...` is `study run <name> ...`, so the
+# command lines written before the subcommands existed keep working (and are recorded as typed); no study may be named
+# like a subcommand (tests/test_architecture.py checks the registry).
+SUBCOMMANDS = {
+    "run": "run (or resume) a study: arms x seeds, Pass@k table and plots (the default)",
+    "report": "render the evidence pages from their committed records",
+    "export": "write a study's finished runs as its JSONL records",
+}
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    subcommand, rest = (argv[0], argv[1:]) if argv[:1] and argv[0] in SUBCOMMANDS else ("run", argv)
+    if subcommand == "report":
+        return report_main(rest)
+    if subcommand == "export":
+        return export_main(rest)
+    return run_main(rest, command="trl-rlvr-ext study " + shlex.join(argv))
 
 
 def main() -> int:

@@ -30,8 +30,8 @@ the base the rule chose confirm them (`validated_setting`).
 
 import dataclasses
 
+from .design import Setting
 from .gym_bases import pass_rate_spread
-from .runner import Setting
 
 
 # The tasks whose bases' steps were picked on the test problems, with their steps at the time (the ladder's centre).

@@ -323,11 +323,12 @@ def completion_of(answer: str, dataset: str, prompt, answer_format: str | None =
     the bare answer for the lenient numeric formats, else reasoning-gym's ``<answer>`` tags), in the prompt's
     format."""
     from ..toy.task import format_completion
+    from .gym_bases import completion_of as tagged
 
     if dataset.startswith("toy:"):
         text = format_completion(answer)
     elif answer_format in (None, "tags"):
-        text = f"<answer>{answer}</answer>"
+        text = tagged(answer)
     else:
         text = answer
     return text if isinstance(prompt, str) else [{"role": "assistant", "content": text}]

@@ -286,19 +286,11 @@ def describe_base(
 
     from ..evaluation import evaluate_pass_at_k
     from ..rewards.reasoning_gym import reasoning_gym_reward
+    from ..sampling import SamplingSettings
 
     splits, test = _first_problems(dataset, split, num_problems)
-    result = evaluate_pass_at_k(
-        model_path,
-        test,
-        reasoning_gym_reward,
-        num_samples=num_samples,
-        temperature=1.0,
-        top_p=1.0,
-        max_new_tokens=48,
-        seed=seed,
-        progress=False,
-    )
+    sampling = SamplingSettings(num_samples=num_samples, temperature=1.0, top_p=1.0, max_new_tokens=48, seed=seed)
+    result = evaluate_pass_at_k(model_path, test, reasoning_gym_reward, sampling=sampling, progress=False)
     spread = pass_rate_spread(result.num_correct, result.num_samples)
     chance = np.array(chance_rates(splits["train"]["answer"], test["answer"]))
     return {

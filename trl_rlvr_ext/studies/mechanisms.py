@@ -13,10 +13,10 @@ samples *independent* of the ones it subtracts (see `difficulty_ranks`), so that
 """
 
 import dataclasses
-import statistics
 
 import numpy as np
 
+from .markdown import mean_sd
 from .records import end_probe
 from .verdicts import decide
 
@@ -213,11 +213,6 @@ def prediction(units: list[dict], metric: str, num_resamples: int = 10_000, seed
     return Prediction(metric, n, rho, low, high, verdict, degenerate_resamples=int(rhos.size - valid.size))
 
 
-def _mean_sd(values: list[float]) -> str:
-    sd = f" ± {statistics.stdev(values):.3f}" if len(values) > 1 else ""
-    return f"{statistics.fmean(values):+.3f}{sd}"
-
-
 def quintile_table_markdown(records: list[dict], base_records: list[dict] | None = None, num_groups: int = 5) -> str:
     """A markdown table, one row per trained arm of ``records`` (one task, one setting): per group of problems (q1:
     the least likely by the independent base pass rate) the mean Δpass@1 ± sd over seeds, and `winner_take_all`.
@@ -237,15 +232,17 @@ def quintile_table_markdown(records: list[dict], base_records: list[dict] | None
     # the base's own pass@1 per group (not a change): where the groups sit against the ceiling at 1 and floor at 0
     levels = [_group_means(_pass_rates(r), bases, s, num_groups) for s, r in sorted(base.items())] if base else []
     if len(levels) > 1:
-        cells = " | ".join(_mean_sd([v[g] for v in levels]).lstrip("+") for g in range(num_groups))
+        cells = " | ".join(
+            mean_sd([v[g] for v in levels], signed=True, keep_nan=True).lstrip("+") for g in range(num_groups)
+        )
         lines.append(f"| base (pass@1 level, not Δ) | {','.join(map(str, sorted(base)))} | {cells} | |")
     for arm in dict.fromkeys(r["arm"] for r in trained):
         runs = list({r["seed"]: r for r in trained if r["arm"] == arm and r["seed"] in base}.values())
         if not runs:
             continue
         per_seed = [quintile_deltas(r, bases, num_groups) for r in sorted(runs, key=lambda r: r["seed"])]
-        cells = [_mean_sd([d[g] for d in per_seed]) for g in range(num_groups)]
-        cells.append(_mean_sd([d[-1] - d[0] for d in per_seed]))
+        cells = [mean_sd([d[g] for d in per_seed], signed=True, keep_nan=True) for g in range(num_groups)]
+        cells.append(mean_sd([d[-1] - d[0] for d in per_seed], signed=True, keep_nan=True))
         seeds = ",".join(str(r["seed"]) for r in sorted(runs, key=lambda r: r["seed"]))
         lines.append(f"| {arm} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

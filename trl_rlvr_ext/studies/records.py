@@ -12,6 +12,8 @@ import gzip
 import json
 from pathlib import Path
 
+from .run_files import RESULTS_GLOB, atomic_write
+
 
 def end_probe(record: dict) -> dict | None:
     """The boundary probe a run's "end" columns read: its last probe after training began (step > 0). ``None`` for a
@@ -23,7 +25,7 @@ def end_probe(record: dict) -> dict | None:
 
 def collect_results(out_dir: str | Path) -> list[dict]:
     """Every ``<task>/<arm>/seed<k>/result.json`` under ``out_dir``, as dicts."""
-    paths = sorted(Path(out_dir).glob("*/*/seed*/result.json"))
+    paths = sorted(Path(out_dir).glob(RESULTS_GLOB))
     if not paths:
         raise FileNotFoundError(f"No finished run (<task>/<arm>/seed<k>/result.json) under {str(out_dir)!r}.")
     return [json.loads(path.read_text()) for path in paths]
@@ -45,10 +47,8 @@ def export_records(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r, separators=(",", ":"), default=float) + "\n" for r in results)
-    tmp = path.with_name(path.name + ".tmp")
     # mtime=0: the same runs give the same bytes (a committed file changes only when its records do)
-    tmp.write_bytes(gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text.encode())
-    tmp.replace(path)
+    atomic_write(path, gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text)
     return len(results)
 
 

@@ -14,444 +14,44 @@ noise.
 """
 
 import dataclasses
-import inspect
 import json
-import math
 import os
-import statistics
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
 
-from .records import end_probe
-
-
-@dataclasses.dataclass
-class StudyTask:
-    """A task of a study.
-
-    Args:
-        name: short name (a directory name).
-        dataset: a dataset name `trl_rlvr_ext.data` resolves, with ``train`` and ``test`` splits.
-        reward: a reward name of `trl_rlvr_ext.rewards.get_reward_func`.
-        base_model: ``base_model(quick) -> path`` of the model every arm starts from (built and cached on first use).
-        gold_completion: ``gold_completion(row) -> str``, a correct completion of a dataset row (the probes).
-        max_completion_length: generation budget (training and evaluation).
-        selector: what ``--tasks`` says to select the task when that is not its name (a dataset name, with the
-            flags it needs: `trl_rlvr_ext.studies.user_tasks`); its runs' rerun commands use it.
-    """
-
-    name: str
-    dataset: str
-    reward: str
-    base_model: Callable[[bool], str]
-    gold_completion: Callable[[dict], str]
-    max_completion_length: int
-    selector: str = ""
-
-
-@dataclasses.dataclass
-class Arm:
-    """An arm: ``train=False`` evaluates the base model; else GRPO with ``config`` overriding the study's settings.
-
-    ``peft`` (keyword arguments of `peft.LoraConfig`) trains a LoRA adapter instead of every weight; ``config`` then
-    names its initialiser (``lora_init``). A study with its own ``run_one`` reads ``config`` its own way.
-
-    ``same_updates_as`` names an arm whose same-seed run (finished first, in the same ``out_dir``) sets this arm's
-    ``max_steps``: the optimizer updates that run made. A curation arm that skips steps trains less than its baseline;
-    this arm is the baseline at the same budget. ``same_prompts_as`` is the same for the prompts trained on
-    (`prompts_trained`): a curation arm that drops prompts from every batch but makes every update trains on fewer
-    prompts than its baseline, which the same updates do not match.
-
-    ``settings`` names the study's settings the arm belongs to (empty: every one, and the defaults). An arm declared
-    for some settings only needs what those settings provide (e.g. a validation split); it is left out of the default
-    arms elsewhere, so that adding it leaves the arms an older command runs unchanged, and naming it there fails.
-    """
-
-    name: str
-    train: bool = True
-    config: dict = dataclasses.field(default_factory=dict)
-    peft: dict | None = None
-    same_updates_as: str = ""  # another arm: train for the optimizer updates its same-seed run made (`updates_made`)
-    same_prompts_as: str = ""  # another arm: train on as many prompts as its same-seed run did (`prompts_trained`)
-    settings: tuple[str, ...] = ()  # the settings this arm runs in (empty: all, and without a setting)
-
-    def __post_init__(self):
-        if self.same_updates_as and self.same_prompts_as:
-            raise ValueError(
-                f"Arm {self.name!r} sets same_updates_as and same_prompts_as: an arm matches one budget, set one."
-            )
-
-
-@dataclasses.dataclass
-class StudySizes:
-    """The sizes of a study (the defaults: a modest CPU study; `QUICK`: a smoke run whose numbers mean nothing)."""
-
-    max_steps: int = 200
-    learning_rate: float = 5e-5
-    num_prompts: int = 32  # prompts per generation batch
-    num_generations: int = 8
-    steps_per_generation: int = 2
-    eval_problems: int = 100
-    eval_samples: int = 256
-    probe_problems: int = 100
-    probe_every: int = 20
-
-    def __post_init__(self):
-        for field in dataclasses.fields(self):
-            if getattr(self, field.name) <= 0:
-                raise ValueError(f"{field.name}={getattr(self, field.name)} must be positive.")
-        if (self.num_prompts * self.num_generations) % self.steps_per_generation:
-            raise ValueError("num_prompts * num_generations must be a multiple of steps_per_generation.")
-
-
-QUICK = StudySizes(
-    max_steps=2,
-    num_prompts=4,
-    num_generations=2,
-    steps_per_generation=1,
-    eval_problems=3,
-    eval_samples=4,
-    probe_problems=3,
-    probe_every=1,
+from .budgets import (  # noqa: F401  (re-exported: the runner's names, as before its split)
+    generation_batches,
+    prompts_trained,
+    same_budget_arm,
+    updates_made,
 )
-
-
-EVALUATE_PRECISIONS = ("trainer", "fp32")
-
-
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """A named regime of a study, declared in its code before its runs (``trl-rlvr-ext study <name> --setting``).
-
-    ``sizes`` overrides the study's default `StudySizes` fields; ``config`` is merged over every training arm's
-    ``config`` (after it, so the setting decides, e.g. ``num_iterations``). A result records its setting's name, and
-    its rerun command names it.
-    """
-
-    description: str
-    sizes: dict = dataclasses.field(default_factory=dict)
-    config: dict = dataclasses.field(default_factory=dict)
-    # "validation": every run's final Pass@k (and its probes) is measured on the validation problems
-    # (`validation_split`) instead of the test problems, for a setting whose runs make a choice (e.g. a learning rate)
-    # that the test problems must not see. The record says which problems it measured (``evaluated_on``).
-    evaluate_on: str = "test"
-    # How a trained arm's final Pass@k is computed. "trainer": through the trainer's model as it trained, which under
-    # TRL's default bf16=True on CPU is bf16 autocast around fp32 weights (every design before this field). "fp32": the
-    # same weights with the trainer's autocast removed (`Accelerator.unwrap_model(keep_fp32_wrapper=False)`), which is
-    # how a base arm (loaded fresh) is evaluated, so every arm of a design is measured at one precision. The record
-    # says which (``evaluated_precision``).
-    evaluate_precision: str = "trainer"
-    # Warm-start settings of the task's base that this setting overrides (e.g. ``{"num_steps": 200, "seed": 100}``):
-    # every arm starts from the base built with them, for a setting that chooses how a base is warm-started (the
-    # ``self`` study's ``base_steps<N>`` calibration). Only a task whose base the package warm-starts takes them
-    # (`StudyTask.base_model` with keyword arguments); the record keeps them (``base_overrides``).
-    base: dict = dataclasses.field(default_factory=dict)
-    # The tasks the setting is declared for (empty: every task): a setting whose ``base`` is one task's (its
-    # calibrated warm start) must not run on another.
-    tasks: tuple[str, ...] = ()
-
-    def __post_init__(self):
-        unknown = sorted(set(self.sizes) - {f.name for f in dataclasses.fields(StudySizes)})
-        if unknown:
-            raise ValueError(f"Setting sizes {unknown} are not StudySizes fields.")
-        if self.evaluate_on not in ("test", "validation"):
-            raise ValueError(f'evaluate_on={self.evaluate_on!r}: choose "test" or "validation".')
-        if self.evaluate_precision not in EVALUATE_PRECISIONS:
-            raise ValueError(
-                f'evaluate_precision={self.evaluate_precision!r}: choose one of {EVALUATE_PRECISIONS} ("fp32" '
-                "evaluates trained arms as base arms are)."
-            )
-
-
-@dataclasses.dataclass
-class Column:
-    """An extra column of a study's table: ``value(result) -> float | None`` per run, shown as mean ± sd over seeds."""
-
-    header: str
-    value: Callable[[dict], float | None]
-    digits: int = 3
-
-
-def train_log_series(result: dict, key: str) -> list[tuple[int, float]]:
-    """``(step, value)`` of every training log entry of a run that has ``key``."""
-    return [(entry["step"], entry[key]) for entry in result.get("train_log", []) if key in entry]
-
-
-def log_column(header: str, key: str, reduce: str = "mean", digits: int = 3) -> Column:
-    """A column reducing one training metric over the logged steps: ``"mean"``, ``"max"``, ``"min"`` or ``"last"``."""
-    reducers = {"mean": statistics.fmean, "max": max, "min": min, "last": lambda values: values[-1]}
-    if reduce not in reducers:
-        raise ValueError(f"reduce={reduce!r}: choose one of {sorted(reducers)}.")
-
-    def value(result: dict) -> float | None:
-        values = [v for _, v in train_log_series(result, key) if v is not None and not math.isnan(v)]
-        return reducers[reduce](values) if values else None
-
-    return Column(header, value, digits)
-
-
-@dataclasses.dataclass
-class Study:
-    """A named study: the claim it tests, its tasks and its arms.
-
-    Optional parts, for studies that need more than the GRPO default:
-    - ``columns``: extra table columns (`Column`, `log_column`);
-    - ``curves``: training-log keys plotted over steps per arm (``<task>_training.png``);
-    - ``sizes`` / ``quick_sizes``: the study's own defaults (else `StudySizes()` / `QUICK`);
-    - ``run_one``: runs one (task, arm, seed) instead of `run_one` (same signature; must write the same
-      ``result.json`` keys that the table reads: ``pass_at_k``, ``boundary``, ``train_seconds``, ``wall_seconds``...);
-    - ``plots``: ``plot(task_name, rows, out_dir) -> list of markdown lines`` for study-specific figures;
-    - ``arm_sets``: names usable in ``arms`` that stand for arms picked from the runs already in ``out_dir``
-      (``arm_set(out_dir, task) -> arm names``; e.g. the ``lora_init`` study's ``chosen``: each method at its best
-      swept learning rate);
-    - ``settings``: named regimes (`Setting`) a run can be started in (``--setting``); without one, the defaults.
-    - ``claims``: the pre-declared comparisons (`trl_rlvr_ext.studies.verdicts.Claim`) that the evidence page judges
-      with the verdict rule (``trl-rlvr-ext study report <name>``).
-    """
-
-    name: str
-    claim: str
-    tasks: dict[str, StudyTask]
-    arms: dict[str, Arm]
-    columns: list[Column] = dataclasses.field(default_factory=list)
-    curves: list[str] = dataclasses.field(default_factory=list)
-    sizes: StudySizes | None = None
-    quick_sizes: StudySizes | None = None
-    run_one: Callable | None = None
-    plots: list[Callable] = dataclasses.field(default_factory=list)
-    arm_sets: dict[str, Callable[[Path, str], list[str]]] = dataclasses.field(default_factory=dict)
-    settings: dict[str, Setting] = dataclasses.field(default_factory=dict)
-    claims: list = dataclasses.field(default_factory=list)
-
-    def default_sizes(self, quick: bool, setting: str | None = None) -> StudySizes:
-        """The sizes a run starts from: the study's own (or its quick ones), with ``setting``'s sizes over them (a
-        quick run keeps the setting's reuse pattern only where its small batch allows it)."""
-        sizes = (self.quick_sizes or QUICK) if quick else (self.sizes or StudySizes())
-        if setting is None:
-            return sizes
-        overrides = self.get_setting(setting).sizes
-        if quick:  # the smoke sizes stay small: only the reuse pattern (steps per generation) follows the setting
-            overrides = {k: v for k, v in overrides.items() if k == "steps_per_generation"}
-        return dataclasses.replace(sizes, **overrides)
-
-    def get_setting(self, name: str) -> Setting:
-        if name not in self.settings:
-            known = sorted(self.settings) or "none: this study has no settings"
-            raise ValueError(f"Unknown setting {name!r} for study {self.name!r}: choose from {known}.")
-        return self.settings[name]
-
-    def default_arms(self, setting: str | None) -> list[str]:
-        """The arms a run in ``setting`` (``None``: the defaults) runs when none are named: every arm that belongs to
-        it (`Arm.settings`)."""
-        return [name for name, arm in self.arms.items() if not arm.settings or setting in arm.settings]
-
-    def arm_in_setting(self, arm: "Arm", setting: str | None) -> "Arm":
-        """``arm`` with ``setting``'s config merged over its own (an untrained arm is left as it is)."""
-        if setting is None or not arm.train:
-            return arm
-        return dataclasses.replace(arm, config={**arm.config, **self.get_setting(setting).config})
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def common_training_settings(run_dir: Path, sizes: StudySizes, seed: int) -> dict:
-    """The trainer settings every study run shares (GRPO or DPO): a constant learning rate, one optimizer step per
-    batch, logs every ``probe_every`` steps, no checkpoints, no reporting, CPU, no activation checkpointing (it only
-    slows a tiny model down)."""
-    return {
-        "output_dir": str(run_dir / "train"),
-        "learning_rate": sizes.learning_rate,
-        "lr_scheduler_type": "constant",
-        "gradient_accumulation_steps": 1,
-        "max_steps": sizes.max_steps,
-        "logging_steps": max(1, min(sizes.probe_every, sizes.max_steps)),
-        "save_strategy": "no",
-        "report_to": "none",
-        "use_cpu": True,
-        "activation_checkpointing": False,
-        "seed": seed,
-    }
-
-
-def updates_made(result: dict) -> int:
-    """The optimizer updates a run made: its ``max_steps`` less the steps its curation skipped (the cumulative
-    ``curation/skipped_steps`` of its last log entry; 0 without curation)."""
-    skipped = [e["curation/skipped_steps"] for e in result.get("train_log", []) if "curation/skipped_steps" in e]
-    max_steps = (result.get("grpo_config") or {}).get("max_steps", result["sizes"]["max_steps"])
-    return int(max_steps - (skipped[-1] if skipped else 0))
-
-
-def _steps_per_generation(result: dict) -> int:
-    return (result.get("grpo_config") or {}).get("steps_per_generation", result["sizes"]["steps_per_generation"])
-
-
-def generation_batches(result: dict) -> float:
-    """The generation batches a run's steps cover: its ``max_steps`` (the run's own, else the study's) over
-    ``steps_per_generation``."""
-    max_steps = (result.get("grpo_config") or {}).get("max_steps", result["sizes"]["max_steps"])
-    return max_steps / _steps_per_generation(result)
-
-
-def prompts_trained(result: dict) -> float:
-    """The prompts a run trained on, summed over its generation batches: each logging window's mean of
-    ``curation/kept_prompts`` (logged once per scored batch, 0 for a batch dropped whole) times the batches the window
-    holds (its steps over ``steps_per_generation``); a run without curation trains on every prompt of every batch."""
-    per_generation = _steps_per_generation(result)
-    kept = train_log_series(result, "curation/kept_prompts")
-    if not kept:
-        return float(result["sizes"]["num_prompts"] * generation_batches(result))
-    total, previous = 0.0, 0
-    for step, value in kept:
-        total += value * (step - previous) / per_generation
-        previous = step
-    return total
-
-
-def _budget_source(out_dir: Path, task: StudyTask, arm: Arm, source: str, seed: int, what: str) -> dict:
-    done = finished_result(out_dir, task, Arm(source), seed)
-    if done is None:
-        raise ValueError(
-            f"Arm {arm.name!r} trains for as many {what} as {source!r} did on seed {seed}, which has not run in "
-            f"{out_dir}/{task.name}: run --arms {source} first (or list it before {arm.name})."
-        )
-    return done
-
-
-def same_budget_arm(out_dir: Path, task: StudyTask, arm: Arm, seed: int, sizes: "StudySizes") -> tuple[Arm, dict]:
-    """``arm`` with ``max_steps`` set to the budget of its source arm's same-seed run, and the budget record.
-
-    ``same_updates_as``: the updates that run made (`updates_made`); record ``{"same_updates_as": name, "updates":
-    n}``. ``same_prompts_as``: as many whole generation batches of ``sizes.num_prompts`` prompts as the prompts that
-    run trained on (`prompts_trained`, rounded to the nearest batch, at least one), times ``steps_per_generation``;
-    record ``{"same_prompts_as": name, "prompts": p, "updates": n}``. Fails naming the run to make first."""
-    if arm.same_updates_as:
-        updates = updates_made(_budget_source(out_dir, task, arm, arm.same_updates_as, seed, "updates"))
-        if updates < 1:
-            raise ValueError(f"{arm.same_updates_as!r} seed {seed} made no update: there is no budget to match.")
-        budget = {"same_updates_as": arm.same_updates_as, "updates": updates}
-    else:
-        prompts = prompts_trained(_budget_source(out_dir, task, arm, arm.same_prompts_as, seed, "prompts"))
-        if prompts <= 0:
-            raise ValueError(f"{arm.same_prompts_as!r} seed {seed} trained on no prompt: there is no budget to match.")
-        batches = max(1, round(prompts / sizes.num_prompts))
-        updates = batches * sizes.steps_per_generation
-        budget = {"same_prompts_as": arm.same_prompts_as, "prompts": round(prompts, 3), "updates": updates}
-    return dataclasses.replace(arm, config={**arm.config, "max_steps": updates}), budget
-
-
-def finished_result(out_dir: Path, task: StudyTask, arm: Arm, seed: int) -> dict | None:
-    """The ``result.json`` of a finished run, ``None`` if the run has not finished (the file is written last)."""
-    path = out_dir / task.name / arm.name / f"seed{seed}" / "result.json"
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-class RunInputs(NamedTuple):
-    """What every run of a task reads: its splits, the held-out problems it is evaluated on, the held-out problems
-    its probes follow during training (the first ``probe_problems``), the reward, and the base model's path."""
-
-    splits: object  # a DatasetDict with "train" and "test"
-    test: object  # the first ``eval_problems`` held-out rows
-    probe_rows: list[dict]
-    reward: Callable
-    base_path: str
-    # which held-out rows the run measures, for its record, where they are not the test problems (`evaluate_on`)
-    evaluated_on: dict | None = None
-
-
-def base_model_path(task: StudyTask, quick: bool, base: dict | None = None) -> str:
-    """The path of ``task``'s base model; ``base`` (`Setting.base`) overrides its warm-start settings, which only a
-    task whose ``base_model`` takes keyword arguments accepts."""
-    if not base:
-        return task.base_model(quick)
-    accepts = inspect.signature(task.base_model).parameters.values()
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepts):
-        raise ValueError(
-            f"The setting overrides the base's warm start ({base}), but task {task.name!r} builds no base whose warm "
-            "start can change (its base_model takes no settings): run the setting on a reasoning-gym preset task."
-        )
-    return task.base_model(quick, **base)
-
-
-def load_run_inputs(
-    task: StudyTask, sizes: StudySizes, quick: bool, evaluate_on: str = "test", base: dict | None = None
-) -> RunInputs:
-    """The run's inputs. With ``evaluate_on="validation"`` (`Setting.evaluate_on`) ``test`` and ``probe_rows`` are
-    the validation problems (`validation_split`, ``eval_problems`` of them), so that nothing the run measures is a
-    test problem. ``base`` overrides the base's warm-start settings (`Setting.base`, `base_model_path`)."""
-    from datasets import Dataset
-
-    from ..data import load_named_dataset
-    from ..rewards import get_reward_func
-
-    splits = load_named_dataset(task.dataset)
-    held_out = splits["test"]
-    evaluated_on = None
-    if evaluate_on == "validation":
-        rows, description = validation_split(splits, sizes, sizes.eval_problems)
-        test, probe_rows = Dataset.from_list(rows), rows[: sizes.probe_problems]
-        evaluated_on = {"name": "validation", **description}
-    else:
-        test = held_out.select(range(min(sizes.eval_problems, held_out.num_rows)))
-        probe_rows = [held_out[i] for i in range(min(sizes.probe_problems, held_out.num_rows))]
-    return RunInputs(
-        splits=splits,
-        test=test,
-        probe_rows=probe_rows,
-        reward=get_reward_func(task.reward),
-        base_path=base_model_path(task, quick, base),
-        evaluated_on=evaluated_on,
-    )
-
-
-def _prompt_key(prompt) -> str:
-    return json.dumps(prompt, sort_keys=True)  # a conversational prompt (a list of messages) compares as its JSON
-
-
-def validation_split(splits, sizes: StudySizes, num_problems: int, data_prompts: int = 0) -> tuple[list[dict], dict]:
-    """The validation problems: held-out rows ``[start, start + num_problems)``, ``start`` the number of held-out rows
-    the test problems and probes take (``max(eval_problems, probe_problems)``). Returns ``(rows, description)``.
-
-    Why the held-out split's tail and not train rows: the studies' bases are warm-started on every train row
-    (``trl_rlvr_ext.studies.gym_bases``: 1000 steps x 64 rows drawn from the 2000, ~32 epochs), so they have seen the
-    train rows' answers: on number_sorting the base's greedy accuracy is 0.75 on train rows 1000-1099 against 0.55 on
-    the test problems and 0.50 on held-out rows 100-199. Validation on memorised rows would not track the test
-    problems. The held-out tail has never been trained on and is drawn like the test problems.
-
-    Fails, naming the fix, when the held-out split is too short, or when a validation prompt is also a test problem,
-    one of the first ``data_prompts`` train rows (a study's preference data; 0: none) or any other train prompt.
-    """
-    held_out, train = splits["test"], splits["train"]
-    start = max(sizes.eval_problems, sizes.probe_problems)
-    stop = start + num_problems
-    if stop > held_out.num_rows:
-        raise ValueError(
-            f"{num_problems} validation problems after the {start} test problems need {stop} held-out rows; the split "
-            f"has {held_out.num_rows}. Lower eval_problems / probe_problems, or raise the dataset's test_size."
-        )
-    rows = [held_out[i] for i in range(start, stop)]
-    validation = {_prompt_key(row["prompt"]) for row in rows}
-    train_prompts = [_prompt_key(prompt) for prompt in train["prompt"]]
-    others = {
-        f"test problems (held-out rows 0-{start - 1})": {_prompt_key(held_out[i]["prompt"]) for i in range(start)}
-    }
-    if data_prompts:
-        others[f"preference-data prompts (train rows 0-{data_prompts - 1})"] = set(train_prompts[:data_prompts])
-    others["other train prompts (the base's warm start)"] = set(train_prompts[data_prompts:])
-    for name, prompts in others.items():
-        if shared := validation & prompts:
-            raise ValueError(
-                f"{len(shared)} validation prompt(s) are also {name}, e.g. {min(shared)[:80]}: the validation "
-                "problems must be unseen. Use a dataset whose held-out split excludes train questions (reasoning_gym: "
-                "dedup=exact)."
-            )
-    return rows, {"split": "test", "rows": [start, stop], "problems": num_problems}
+from .design import (  # noqa: F401  (re-exported: the names the studies import from the runner)
+    EVALUATE_PRECISIONS,
+    QUICK,
+    Arm,
+    Column,
+    Setting,
+    Study,
+    StudySizes,
+    StudyTask,
+    log_column,
+    train_log_series,
+)
+from .run_files import RunSpec, atomic_write, finished_result, result_path, run_dir
+from .run_inputs import (  # noqa: F401  (re-exported: the runner's names, as before its split)
+    RunInputs,
+    base_model_path,
+    common_training_settings,
+    load_run_inputs,
+    validation_split,
+)
+from .summary import (  # noqa: F401  (re-exported: the runner's names, as before its split)
+    chance_pass_at_k,
+    size_flags,
+    summarize,
+    trivial_row,
+)
 
 
 def _grpo_config(run_dir: Path, task: StudyTask, arm: Arm, sizes: StudySizes, seed: int):
@@ -489,8 +89,8 @@ def run_one(
 
     if (done := finished_result(out_dir, task, arm, seed)) is not None:
         return done
-    run_dir = out_dir / task.name / arm.name / f"seed{seed}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    folder = run_dir(out_dir, task.name, arm.name, seed)
+    folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     evaluate_on = study.get_setting(setting).evaluate_on if setting is not None else "test"
     precision = study.get_setting(setting).evaluate_precision if setting is not None else "trainer"
@@ -506,7 +106,7 @@ def run_one(
 
         from ..grpo.grpo_trainer import RLVRGRPOTrainer
 
-        args, config = _grpo_config(run_dir, task, arm, sizes, seed)
+        args, config = _grpo_config(folder, task, arm, sizes, seed)
         tokenizer = AutoTokenizer.from_pretrained(base_path)
         probes = [{"prompt": row["prompt"], "completion": task.gold_completion(row)} for row in probe_rows]
         peft_config = None
@@ -558,62 +158,54 @@ def run_one(
     if evaluated_on:  # the record's pass@k is not on the test problems: it says so
         extra["evaluated_on"] = evaluated_on
     result = evaluate_and_record(
-        study,
-        task,
-        arm,
-        seed,
-        out_dir,
-        sizes,
-        quick,
-        command,
+        RunSpec(study, task, arm, seed, out_dir, sizes, quick, command, setting),
         model,
         tokenizer,
         test,
         reward,
-        base_path,
-        start,
-        train_seconds,
-        extra,
-        setting=setting,
+        base_path=base_path,
+        start=start,
+        train_seconds=train_seconds,
+        extra=extra,
     )
     return result
 
 
 def evaluate_and_record(
-    study: Study,
-    task: StudyTask,
-    arm: Arm,
-    seed: int,
-    out_dir: Path,
-    sizes: StudySizes,
-    quick: bool,
-    command: str,
+    run: RunSpec,
     model,
     tokenizer,
     test,
     reward,
+    *,
     base_path: str,
     start: float,
     train_seconds: float,
     extra: dict,
-    setting: str | None = None,
 ) -> dict:
     """The end of every run: the final model's unbiased Pass@k on the held-out problems (temperature 1, sampling seed
     ``1000 + seed``), then ``result.json`` (the keys the table reads, ``extra``, the wall time since ``start`` and a
     command that reruns just this run), written last and atomically."""
     from ..evaluation import evaluate_pass_at_k
+    from ..sampling import SamplingSettings
+
+    study, task, arm, seed, out_dir, sizes, quick, command, setting = (
+        getattr(run, field.name) for field in dataclasses.fields(RunSpec)
+    )
 
     evaluation = evaluate_pass_at_k(
         model,
         test,
         reward,
         tokenizer=tokenizer,
-        num_samples=sizes.eval_samples,
-        temperature=1.0,
-        top_p=1.0,
-        max_new_tokens=task.max_completion_length,
+        sampling=SamplingSettings(
+            num_samples=sizes.eval_samples,
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=task.max_completion_length,
+            seed=1000 + seed,
+        ),
         batch_size=max(256, 2 * sizes.eval_samples),
-        seed=1000 + seed,
         label=f"{task.name}/{arm.name}/seed{seed}",
         progress=False,
     )
@@ -641,195 +233,8 @@ def evaluate_and_record(
         + (" --quick" if quick else "")
         + size_flags(study, sizes, quick, setting),
     }
-    _atomic_write(
-        out_dir / task.name / arm.name / f"seed{seed}" / "result.json", json.dumps(result, indent=1, default=float)
-    )
+    atomic_write(result_path(out_dir, task.name, arm.name, seed), json.dumps(result, indent=1, default=float))
     return result
-
-
-def size_flags(study: Study, sizes: StudySizes, quick: bool, setting: str | None = None) -> str:
-    """The ``--<size> <value>`` flags that turn the study's default sizes (in ``setting``) into ``sizes``."""
-    reference = study.default_sizes(quick, setting)
-    changed = [f.name for f in dataclasses.fields(sizes) if getattr(sizes, f.name) != getattr(reference, f.name)]
-    return "".join(f" --{name} {getattr(sizes, name)}" for name in changed)
-
-
-def _mean_sd(values: list[float], digits: int = 3) -> str:
-    values = [v for v in values if v is not None and not math.isnan(v)]
-    if not values:
-        return "n/a"
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
-def chance_pass_at_k(dataset: str, num_problems: int, ks: list[int]) -> dict[int, float] | None:
-    """Pass@k of guessing: each sample drawn from the train split's answer distribution (``None`` without an
-    ``answer`` column). A pass@k near it is guessing, not computing."""
-    from ..data import load_named_dataset
-
-    splits = load_named_dataset(dataset)
-    if "answer" not in splits["train"].column_names:
-        return None
-    counts: dict[str, int] = {}
-    for answer in splits["train"]["answer"]:
-        counts[answer] = counts.get(answer, 0) + 1
-    test = splits["test"]["answer"][:num_problems]
-    rates = [counts.get(answer, 0) / splits["train"].num_rows for answer in test]
-    return {k: statistics.fmean(1 - (1 - q) ** k for q in rates) for k in ks}
-
-
-def trivial_row(result: dict, ks: list[int], width: int) -> str | None:
-    """The table row of the strongest trivial policy of a run's task (`trl_rlvr_ext.studies.baselines`) on its
-    evaluation problems, mean ± sd over guess seeds 0, 1, 2; ``None`` where the task has none."""
-    from .baselines import strongest_trivial_pass_at_k
-
-    trivial = strongest_trivial_pass_at_k(
-        result["dataset"], result["reward"], len(result["num_correct"]), result["num_samples"]
-    )
-    if trivial is None:
-        return None
-    arm, values = trivial
-    cells = [f"{arm} (guess from the prompt's structure)", "0,1,2", *[_mean_sd(values[k]) for k in ks]]
-    return "| " + " | ".join(cells + ["-"] * (width - len(cells))) + " |"
-
-
-def summarize(study: Study, results: list[dict], out_dir: Path) -> str:
-    """Write ``results.md`` (mean ± sd over seeds per task and arm) and the plots; returns the markdown."""
-    lines = [f"# Study `{study.name}`", "", study.claim, ""]
-    if any(r["quick"] for r in results):
-        lines += ["**--quick: a smoke run on untrained tiny models; these numbers mean nothing.**", ""]
-    for task_name in dict.fromkeys(r["task"] for r in results):
-        rows = [r for r in results if r["task"] == task_name]
-        ks = sorted({int(k) for r in rows for k in r["pass_at_k"]})
-        shown = [k for k in ks if k == 1 or k == ks[-1] or k in (4, 16, 64)]
-        lines += [f"## {task_name}", "", f"Dataset `{rows[0]['dataset']}`, reward `{rows[0]['reward']}`.", ""]
-        header = ["arm", "seeds", *[f"pass@{k}" for k in shown]]
-        has_boundary = any(r["boundary"] for r in rows)
-        if has_boundary:
-            header += ["interference_frac (end)", "winner_take_all (end)"]
-        header += [c.header for c in study.columns] + ["train s", "wall s"]
-        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for arm_name in dict.fromkeys(r["arm"] for r in rows):
-            runs = [r for r in rows if r["arm"] == arm_name]
-            cells = [arm_name, ",".join(str(r["seed"]) for r in runs)]
-            cells += [_mean_sd([r["pass_at_k"].get(str(k)) for r in runs]) for k in shown]
-            for key in ("interference_frac", "winner_take_all") if has_boundary else ():
-                ends = [p.get(f"boundary/{key}") for r in runs if (p := end_probe(r)) is not None]
-                cells.append(_mean_sd(ends) if ends else "-")
-            cells += [_mean_sd([c.value(r) for r in runs], c.digits) for c in study.columns]
-            cells += [_mean_sd([r[key] for r in runs], digits=0) for key in ("train_seconds", "wall_seconds")]
-            lines.append("| " + " | ".join(cells) + " |")
-        chance = chance_pass_at_k(rows[0]["dataset"], len(rows[0]["num_correct"]), shown)
-        if chance is not None:
-            cells = ["chance (guess from the train answers)", "-", *[f"{chance[k]:.3f}" for k in shown]]
-            lines.append("| " + " | ".join(cells + ["-"] * (len(header) - len(cells))) + " |")
-        trivial = trivial_row(rows[0], shown, len(header))
-        if trivial:
-            lines.append(trivial)
-        lines += [""]
-        if any(arm in study.arms and not study.arms[arm].train for arm in (r["arm"] for r in rows)):
-            lines += [
-                "The base arm's spread over seeds is the evaluation noise (its seeds differ only in the sampling seed).",
-                "",
-            ]
-        _plot(task_name, rows, out_dir, has_boundary)
-        lines += [f"![Pass@k]({task_name}_pass_at_k.png)"]
-        if has_boundary:
-            lines += [f"![boundary]({task_name}_boundary.png)"]
-        if study.curves:
-            _plot_curves(task_name, rows, study.curves, out_dir)
-            lines += [f"![training curves]({task_name}_training.png)"]
-        for plot in study.plots:
-            lines += plot(task_name, rows, out_dir)
-        lines += [""]
-    lines += ["Commands (each run's own rerun command is in its result.json):", ""]
-    lines += [f"    {c}" for c in dict.fromkeys(r["command"] for r in results)]
-    markdown = "\n".join(lines) + "\n"
-    _atomic_write(out_dir / "results.md", markdown)
-    return markdown
-
-
-def _plot(task_name: str, rows: list[dict], out_dir: Path, has_boundary: bool = True) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    arms = list(dict.fromkeys(r["arm"] for r in rows))
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for arm in arms:
-        runs = [r for r in rows if r["arm"] == arm]
-        ks = sorted(int(k) for k in runs[0]["pass_at_k"])
-        values = np.array([[r["pass_at_k"][str(k)] for k in ks] for r in runs])
-        mean, sd = values.mean(axis=0), values.std(axis=0, ddof=1) if len(runs) > 1 else np.zeros(len(ks))
-        ax.plot(ks, mean, marker="o", label=f"{arm} (n={len(runs)})")
-        ax.fill_between(ks, mean - sd, mean + sd, alpha=0.2)
-    ax.set_xscale("log", base=2)
-    ax.set(xlabel="k", ylabel="pass@k (held out)", title=f"{task_name}: Pass@k, mean ± sd over seeds")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out_dir / f"{task_name}_pass_at_k.png", dpi=120)
-    plt.close(fig)
-    if not has_boundary:
-        return
-
-    keys = ["mean_logp_correct", "interference_frac", "winner_take_all", "delta_q1", "delta_q5"]
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5))
-    for arm in arms:
-        runs = [r for r in rows if r["arm"] == arm and r["boundary"]]
-        if not runs:
-            continue
-        # seeds of an arm that matches another run's budget stop at different steps, so their probes differ: the
-        # union of the steps, NaN where a seed has no probe
-        steps = sorted({b["step"] for r in runs for b in r["boundary"]})
-        for ax, key in zip(axes, keys):
-            by_step = [{b["step"]: b.get(f"boundary/{key}", np.nan) for b in r["boundary"]} for r in runs]
-            values = np.array([[probes.get(step, np.nan) for step in steps] for probes in by_step], dtype=float)
-            with warnings.catch_warnings():  # winner_take_all is NaN at step 0 (no change yet): an empty mean is NaN
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean = np.nanmean(values, axis=0)
-            ax.plot(steps, mean, marker=".", label=arm)
-    for ax, key in zip(axes, keys):
-        ax.set(title=key, xlabel="step")
-        ax.grid(alpha=0.3)
-    axes[0].legend()
-    fig.suptitle(f"{task_name}: probe log-likelihood of correct held-out solutions (mean over seeds)")
-    fig.tight_layout()
-    fig.savefig(out_dir / f"{task_name}_boundary.png", dpi=100)
-    plt.close(fig)
-
-
-def _plot_curves(task_name: str, rows: list[dict], keys: list[str], out_dir: Path) -> None:
-    """Training-log ``keys`` over steps, one line per arm (mean over seeds), one panel per key."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, axes = plt.subplots(1, len(keys), figsize=(4 * len(keys), 3.5), squeeze=False)
-    for arm in dict.fromkeys(r["arm"] for r in rows):
-        runs = [r for r in rows if r["arm"] == arm and r.get("train_log")]
-        for ax, key in zip(axes[0], keys):
-            series = [dict(train_log_series(r, key)) for r in runs]
-            steps = sorted(set().union(*series)) if series else []
-            if not steps:
-                continue
-            with warnings.catch_warnings():  # a step some seed did not log is NaN
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean = np.nanmean([[s.get(step, np.nan) for step in steps] for s in series], axis=0)
-            ax.plot(steps, mean, marker=".", label=arm)
-    for ax, key in zip(axes[0], keys):
-        ax.set(title=key, xlabel="step")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize="small")
-    fig.suptitle(f"{task_name}: training metrics (mean over seeds)")
-    fig.tight_layout()
-    fig.savefig(out_dir / f"{task_name}_training.png", dpi=100)
-    plt.close(fig)
 
 
 def _expand_arm_sets(study: Study, arms: list[str], tasks: list[str] | None, out_dir: Path) -> list[str]:
@@ -909,7 +314,7 @@ def run_study(
         # seed by seed, so that an interrupted study has every arm at its first seeds
         for seed in seeds:
             for arm_name in order:
-                done = (out / task_name / arm_name / f"seed{seed}" / "result.json").is_file()
+                done = result_path(out, task_name, arm_name, seed).is_file()
                 log(f"[{study.name}] {task_name} / {arm_name} / seed {seed}: {'done, loading' if done else 'running'}")
                 run = study.run_one or run_one
                 arm = study.arm_in_setting(study.arms[arm_name], setting)

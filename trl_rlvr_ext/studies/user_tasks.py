@@ -22,7 +22,7 @@ import os
 import re
 import shlex
 
-from .runner import Study, StudyTask
+from .design import Study, StudyTask
 
 
 # Warm-start steps of a user's reasoning-gym base: those of the presets (a mixture learns several skills)
@@ -61,24 +61,12 @@ def dataset_task(dataset: str, reward: str | None = None, base_model: str | None
     if dataset.startswith("reasoning_gym:"):
         steps = GYM_MIXTURE_STEPS if "+" in dataset.split("?")[0] else GYM_STEPS
 
-        def warm_started(quick: bool) -> str:
-            from ..data import resolve_model_name_or_path
+        from .tasks import gym_base
+        from .tasks import gym_gold as gold
 
-            if quick:
-                return resolve_model_name_or_path("toy:tiny")
-            if base_model:
-                return base_model
-            from .gym_bases import get_gym_base_model_path
-
-            return get_gym_base_model_path(dataset=dataset, num_steps=steps)
-
-        def gold(row: dict) -> str:
-            return f"<answer>{row['answer']}</answer>"
-
-        base, reward = warm_started, reward or "reasoning_gym"
+        base, reward = gym_base(dataset, base_model, num_steps=steps), reward or "reasoning_gym"
     elif dataset.split("?")[0] == "toy:arithmetic":
         from ..data import toy_base_for
-        from ..toy.task import format_completion
 
         toy_base_name = toy_base_for(dataset)  # warm-started on the task's own digit range
 
@@ -87,8 +75,7 @@ def dataset_task(dataset: str, reward: str | None = None, base_model: str | None
 
             return base_model or resolve_model_name_or_path("toy:tiny" if quick else toy_base_name)
 
-        def gold(row: dict) -> str:
-            return format_completion(row["answer"])
+        from .tasks import toy_gold as gold
 
         base, reward = toy_base, reward or "toy_accuracy"
     else:

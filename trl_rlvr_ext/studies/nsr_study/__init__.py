@@ -41,9 +41,9 @@ reward and entropy, the largest gradient norm and the collapse rule of `collapse
 import dataclasses
 import math
 
-from .runner import Arm, Column, Setting, Study, StudySizes, log_column, train_log_series
-from .self_study import make_study as make_self_study
-from .verdicts import Claim
+from ..design import Arm, Column, Setting, Study, StudySizes, log_column, train_log_series
+from ..tasks import shared_tasks
+from ..verdicts import Claim
 
 
 CLAIM = (
@@ -378,10 +378,8 @@ QUICK_SIZES = StudySizes(
 
 
 def make_study() -> Study:
-    self_tasks = make_self_study().tasks  # the self study's tasks, so that the cached bases are shared
-    tasks = {
-        name: self_tasks[name] for name in ("chain_sum", "number_sorting", "toy", "countdown", "countdown_compact")
-    }
+    shared = shared_tasks()  # the shared tasks, so that the cached bases are shared
+    tasks = {name: shared[name] for name in ("chain_sum", "number_sorting", "toy", "countdown", "countdown_compact")}
     arms = {
         "none": Arm("none", config={**_DAPO, "clip_recovery": "none"}),
         "nsr": Arm("nsr", config={**_DAPO, "clip_recovery": "nsr"}),

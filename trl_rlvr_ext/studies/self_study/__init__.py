@@ -11,9 +11,11 @@ from every batch, so it trains on fewer prompts even where it makes every update
 With ``quick``, every task starts from the randomly initialised tiny model instead (a smoke run).
 """
 
-from . import base_steps
-from .runner import Arm, Column, Setting, Study, StudyTask, generation_batches, prompts_trained, updates_made
-from .verdicts import Claim
+from .. import base_steps
+from ..budgets import generation_batches, prompts_trained, updates_made
+from ..design import Arm, Column, Setting, Study
+from ..tasks import GYM_BASE_DEMONSTRATIONS, GYM_BASE_STEPS, TOY9, gym_task, shared_tasks  # noqa: F401 (re-exported)
+from ..verdicts import Claim
 
 
 CLAIM = (
@@ -117,7 +119,6 @@ CLAIMS.insert(
 # which only drops carries (each with the warm start's chance 0.6), needs about 0.4^c for c carries. Every setting
 # is the toy's default (warm start, lr 5e-5, 100 steps as the other tasks' main setting); nothing was chosen on
 # any run of it.
-TOY9 = "toy:arithmetic?min_digits=9&max_digits=9"
 TOY9_SEEDS = (0, 1, 2, 3, 4)
 TOY9_ARMS = ("base", "grpo", "self", "pass_rate", "grpo_same_budget")
 TOY9_COMMAND = (
@@ -192,22 +193,6 @@ COMPACT_BASE_COMMAND = (
 # and an unreported seed that replaces that look. Its rule keeps chain_sum's and the mixture's steps and chooses 800
 # for number_sorting (`base_steps.CHOSEN`); these steps stay what every recorded design ran (their rerun commands
 # reproduce them), and the designs on the chosen base run in the settings `base_steps.validated_setting` names.
-GYM_BASE_STEPS = {
-    "chain_sum": 400,
-    "number_sorting": 400,
-    "chain_sum+number_sorting": 1000,
-    "countdown": 1000,
-    "countdown_compact": 3000,
-}
-# Presets whose bases are warm-started on a random valid solution per draw (GymWarmStartSettings.demonstrations):
-# countdown has a median of 6 distinct solutions per problem, and a base shown one of them would be as
-# near-deterministic as the other bases. Its 1000 steps were chosen before any build, not measured: the default of
-# GymWarmStartSettings and the mixture's budget, since the task (search over expressions, a spread over several
-# answers) is harder than chain_sum's (400); 1000 x 64 draws show each of the 2000 train problems about 32 times,
-# each of its ~6 solutions about 5 times, few enough that the base still fails on some problems.
-# countdown_compact's 3000 steps, fixed before its build: countdown's 1000 left the base underfit on its own train
-# problems (above), and a compact prompt makes a step about three times cheaper (0.29 s against 0.9 s here).
-GYM_BASE_DEMONSTRATIONS = {"countdown": "varied", "countdown_compact": "varied"}
 
 
 # The main setting on number_sorting's base at the calibration's choice (`base_steps.CHOSEN`: 800 warm-start steps, not
@@ -234,24 +219,6 @@ VALIDATED_COMMANDS = tuple(
 )
 
 
-def _tiny(quick: bool) -> str:
-    from ..data import resolve_model_name_or_path
-
-    return resolve_model_name_or_path("toy:tiny")
-
-
-def _toy_base(quick: bool) -> str:
-    from ..data import resolve_model_name_or_path
-
-    return resolve_model_name_or_path("toy:tiny" if quick else "toy:base")
-
-
-def _toy9_base(quick: bool) -> str:
-    from ..data import resolve_model_name_or_path, toy_base_for
-
-    return resolve_model_name_or_path("toy:tiny" if quick else toy_base_for(TOY9))
-
-
 def _kept_prompts(result: dict) -> float | None:
     """Prompts trained on per generation batch: `prompts_trained` over the run's generation batches (for a curation
     arm the mean of ``curation/kept_prompts`` over its batches, every prompt of the batch for an arm without
@@ -261,56 +228,8 @@ def _kept_prompts(result: dict) -> float | None:
     return prompts_trained(result) / generation_batches(result)
 
 
-def _gym_base(preset: str):
-    def base_model(quick: bool, **overrides) -> str:
-        """The preset's base; ``overrides`` (a setting's `Setting.base`, e.g. the base-steps calibration's) replace
-        its warm-start settings."""
-        if quick:
-            return _tiny(quick)
-        from .gym_bases import get_gym_base_model_path
-
-        settings = {"num_steps": GYM_BASE_STEPS[preset]}
-        if preset in GYM_BASE_DEMONSTRATIONS:
-            settings["demonstrations"] = GYM_BASE_DEMONSTRATIONS[preset]
-        return get_gym_base_model_path(dataset=preset, **{**settings, **overrides})
-
-    return base_model
-
-
-def _toy_gold(row: dict) -> str:
-    from ..toy.task import format_completion
-
-    return format_completion(row["answer"])
-
-
-def _gym_gold(row: dict) -> str:
-    return f"<answer>{row['answer']}</answer>"
-
-
-def _gym_task(name: str, preset: str, max_completion_length: int) -> StudyTask:
-    from .gym_bases import PRESETS
-
-    return StudyTask(name, PRESETS[preset], "reasoning_gym", _gym_base(preset), _gym_gold, max_completion_length)
-
-
 def make_study() -> Study:
-    tasks = {
-        # "[" + 4 digits + "]" + EOS
-        "toy": StudyTask("toy", "toy:arithmetic", "toy_accuracy", _toy_base, _toy_gold, 7),
-        # "<answer>" + at most "-18" + "</answer>" + EOS = 21 tokens
-        "chain_sum": _gym_task("chain_sum", "chain_sum", 24),
-        # "<answer>['9.0', '25.0', '83.0']</answer>" + EOS = 42 tokens
-        "number_sorting": _gym_task("number_sorting", "number_sorting", 44),
-        "mixture": _gym_task("mixture", "chain_sum+number_sorting", 44),
-        # "<answer>" + at most 11 characters (the longest enumerated solution, "9 - (5 - 3)"; the longest gold is 9,
-        # "4*(8 - 6)": reasoning-gym's generator never writes a bracketed right operand of -) + "</answer>" + EOS
-        # = 29 tokens, 1 to spare
-        "countdown": _gym_task("countdown", "countdown", 30),
-        # countdown's answers under a shorter prompt: the same bound
-        "countdown_compact": _gym_task("countdown_compact", "countdown_compact", 30),
-        # "[" + 10 digits + "]" + EOS
-        "toy9": StudyTask("toy9", TOY9, "toy_accuracy", _toy9_base, _toy_gold, 13),
-    }
+    tasks = shared_tasks()
     arms = {
         "base": Arm("base", train=False),
         "grpo": Arm("grpo"),
