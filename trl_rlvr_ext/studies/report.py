@@ -12,7 +12,7 @@ and hand-written prose outside them. `render_pages` recomputes every block from 
 kept, so a block can sit inside an admonition): per task and setting the Pass@k table (mean ± sd over seeds, every
 arm of the records, the trivial-policy baselines of ``docs/evidence/data/trivial.jsonl`` where that file exists) and
 the per-seed rows; per study the claims (`Study.claims`), each judged on every task and setting where both arms ran by
-`trl_rlvr_ext.studies.verdicts.judge` (paired per-problem pass@k, hierarchical bootstrap over seeds and problems with a
+`trl_rlvr_ext.studies.verdicts.judge` (paired per-problem pass@k, crossed bootstrap and t over seeds and problems with a
 fixed seed, so the output is deterministic), and the commands and wall times; the index's verdict table; and the
 evidence summary of each method page. This module only reads records and formats; the statistics and the rule are in
 `verdicts`, the runs in `runner`.
@@ -32,7 +32,7 @@ from ..evaluation.pass_at_k import pass_at_k
 from .gym_bases import pass_rate_spread
 from .records import end_probe, read_records_text
 from .runner import Column, _mean_sd
-from .verdicts import Claim, Judgement, judge
+from .verdicts import NO_TEST, Claim, Judgement, judge
 
 
 # Shown k's of the Pass@k tables (those up to the records' samples per problem).
@@ -150,7 +150,7 @@ def is_dpo_blocks(page: "Page", setting: PageSetting, task: str, records: list[d
 def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
     """The boundary per problem: against the same-seed base, the problems an arm lost (the base solved them at least
     once in its n samples, the arm never) and gained (the reverse), per seed; the net change, gained − lost, is
-    n × the pass@n difference, with the rule's interval (the hull of the bootstrap and seed-t intervals, over the
+    n × the pass@n difference, with the rule's interval (the hull of the crossed bootstrap and t intervals, over the
     per-problem indicators)."""
     base = {r["seed"]: r for r in records if r["arm"] == "base"}
     lines = [
@@ -683,23 +683,27 @@ METHOD_SUMMARIES = (
 # The method a claim is about, where it is not the page's own (the nsr page also holds the ACPO / DelTA extension).
 METHOD_OF_ARM = {"acpo": "ACPO", "acpo_nsr": "ACPO + NSR", "delta": "DelTA"}
 
-# The verdicts the pages gave before the rule (by claim, or by the claim its parts belong to): the index shows what
-# changed.
+# The verdicts the pages gave under the previous rule (v2: nested bootstrap and seed-t interval; by claim, or by the
+# claim its parts belong to): the index shows what the crossed rule (v3) changed.
 PREVIOUS_VERDICTS = {
-    "NSR raises pass@1 over DAPO's clipping": "not reproduced",
-    "The stochastic rescue beats its deterministic expectation": "not reproduced",
-    "1a. GRPO lowers pass@256 below the base": "reproduced at lr 2e-4 × 200 steps; not at lr 5e-5 × 100 steps",
-    "1b. GRPO raises pass@1 over the base": "(stated as reproduced, within claim 1a)",
-    "3. SELF keeps pass@256 above GRPO's": "reproduced where the paradox appears",
-    "pass_rate raises pass@1 over GRPO at the same steps": "not reproduced",
-    "0. The base is above the trivial policy at pass@256 (a boundary claim needs it)": "(not checked)",
-    "1. DPO over-optimises, most at small β": "reproduced",
-    "2. IS-DPO ends above DPO at the same step budget": "mixed (as part of the frontier claim)",
-    "1. RLPO / RLMO beat default LoRA (+2.6 / +1.4)": "not reproduced",
-    "2. PiSSA / MiLoRA end below LoRA": "mixed",
-    "ACPO raises pass@1 over DAPO's clipping": "(new: not studied before)",
-    "NSR on ACPO's bounds raises pass@1 over ACPO": "(new: not studied before)",
-    "DelTA raises pass@1 over DAPO": "(new: not studied before)",
+    "0. The base is above the trivial policy at pass@256 (a boundary claim needs it)": "mixed (6 not reproduced, 1 reproduced); exploratory (base chosen on the test set): not reproduced",
+    "1a. GRPO lowers pass@256 below the base": "not reproduced",
+    "1b. GRPO raises pass@1 over the base": "mixed (4 reproduced, 1 inconclusive); exploratory (base chosen on the test set, chosen after looking): mixed (1 reproduced, 1 inconclusive)",
+    "3. SELF keeps pass@256 above GRPO's": "not reproduced",
+    "3b. SELF keeps pass@256 above GRPO's at the same number of updates": "not reproduced",
+    "3c. SELF keeps pass@256 above GRPO's on as many prompts": "no test (claim 0 not reproduced on toy, chain_sum, number_sorting, mixture)",
+    "pass_rate raises pass@1 over GRPO at the same steps": "mixed (1 not reproduced, 4 inconclusive); exploratory (chosen after looking): inconclusive",
+    "NSR raises pass@1 over DAPO's clipping": "mixed (3 inconclusive, 6 not reproduced); exploratory (chosen after looking): inconclusive",
+    "The stochastic rescue beats its deterministic expectation": "not reproduced; exploratory (chosen after looking): mixed (2 inconclusive, 1 not reproduced)",
+    "ACPO raises pass@1 over DAPO's clipping": "mixed (4 not reproduced, 1 inconclusive)",
+    "NSR on ACPO's bounds raises pass@1 over ACPO": "mixed (4 not reproduced, 1 inconclusive)",
+    "DelTA raises pass@1 over DAPO": "mixed (4 not reproduced, 1 inconclusive)",
+    "1. DPO over-optimises, most at small β": "mixed (1 inconclusive, 3 reproduced); exploratory (selected on the test set, base chosen on the test set, rate not chosen on this base): mixed (7 reproduced, 1 inconclusive)",
+    "2. IS-DPO ends above DPO at the same step budget": "reproduced; exploratory (selected on the test set, rate not chosen on this base): reproduced",
+    "3. Better-tuned DPO ends above DPO at β = 0.01": "reproduced",
+    "4. IS-DPO ends above the better-tuned DPO baselines": "mixed (1 not reproduced, 1 reproduced)",
+    "1. RLPO / RLMO beat default LoRA (+2.6 / +1.4)": "not reproduced; exploratory (selected on the test set): mixed (1 inconclusive, 1 not reproduced)",
+    "2. PiSSA / MiLoRA end below LoRA": "inconclusive; exploratory (selected on the test set): inconclusive",
 }
 
 
@@ -1085,7 +1089,7 @@ def claims_table(parts: list[Part]) -> str:
         "where (seeds × problems)",
         "arm − baseline, metric",
         "effect [95 % interval]",
-        "bootstrap / seed t",
+        "crossed bootstrap / crossed t (ν)",
         "MDE",
         "effect to exclude",
         "verdict",
@@ -1100,12 +1104,14 @@ def claims_table(parts: list[Part]) -> str:
         cells = [name, where, f"{c.arm} − {p.baseline}, {c.metric}"]
         if j is None:
             cells += ["-", "-", "-", exclude, f"not judged: {p.not_judged}"]
+        elif j.verdict == NO_TEST:
+            cells += ["+0.000 (the arms are identical on every seed and problem)", "-", "-", exclude, "**no test**"]
         else:
             cells += [
                 f"{_signed(j.effect)} {_interval(j)}",
                 (
                     f"[{_signed(j.bootstrap_low)}, {_signed(j.bootstrap_high)}] / "
-                    f"[{_signed(j.seed_t_low)}, {_signed(j.seed_t_high)}]"
+                    f"[{_signed(j.t_low)}, {_signed(j.t_high)}] ({j.degrees_of_freedom:.1f})"
                 ),
                 f"{j.minimum_detectable_effect:.3f}",
                 exclude,
@@ -1159,13 +1165,15 @@ def claims_table(parts: list[Part]) -> str:
             f"The rule (`trl_rlvr_ext/studies/verdicts.py`): **reproduced** if the interval excludes 0 in the claimed "
             f"direction, **not reproduced** if it excludes the effect to exclude, else **inconclusive**. The interval is "
             "the hull of two 95 % intervals of the per-problem paired difference (same seeds, same problems), both "
-            f"shown: a hierarchical bootstrap ({NUM_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}; seeds with "
-            "replacement, then problems with replacement within each drawn seed) and a t interval over the per-seed "
-            "mean differences (Student's t, seeds − 1 degrees of freedom). With 3-5 seeds the bootstrap alone is too "
-            "narrow at the seed level (3 seeds have 10 distinct resamples, and it has no small-sample factor), and the "
-            "t interval alone ignores the finite problem set: a verdict must hold under both. MDE: the effect this "
-            "design detects with 80 % power, the larger of 2.80 × the bootstrap's standard error and "
-            "(t + 0.84) × the seed means' standard error."
+            f"shown. Every seed runs on the same problems, so the design is crossed: a crossed bootstrap "
+            f"({NUM_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}; the seeds with replacement and one problem draw, with "
+            "replacement, shared by every drawn seed) and a crossed t interval (the grand mean's variance from the "
+            "two-way ANOVA mean squares, (MS_seed + MS_problem − MS_residual) / (seeds × problems), with Satterthwaite's "
+            "degrees of freedom ν). With 3-5 seeds the bootstrap alone is too narrow at the seed level (3 seeds have 10 "
+            "distinct resamples), which the t quantile at ν corrects: a verdict must hold under both. **no test**: the "
+            "arms are identical on every seed and problem (e.g. both at pass = 1 everywhere), so nothing is judged. "
+            "MDE: the effect this design detects with 80 % power, (t_{0.975, ν} + t_{0.8, ν}) × the larger of the "
+            "two standard errors."
         ),
     ]
     return "\n".join(lines)
@@ -1185,9 +1193,20 @@ def claim_group(claim: Claim) -> str:
 
 
 def _combined(parts: list[Part]) -> str:
+    """The one verdict the judged parts share, or "mixed" with the count of each; a part with no test (identical arms)
+    gives no verdict and does not count, unless no part has one."""
     judged = [p.judgement.verdict for p in parts if p.judgement]
     if not judged:
         return "not judged"
+    tested = [v for v in judged if v != NO_TEST]
+    if tested and len(tested) < len(judged):
+        untested = len(judged) - len(tested)
+        verdict = _combined_verdicts(tested)
+        return f"{verdict} ({untested} part{'s' * (untested > 1)} with no test: identical arms)"
+    return _combined_verdicts(judged)
+
+
+def _combined_verdicts(judged: list[str]) -> str:
     counts = {v: judged.count(v) for v in dict.fromkeys(judged)}
     return judged[0] if len(counts) == 1 else "mixed (" + ", ".join(f"{n} {v}" for v, n in counts.items()) + ")"
 
@@ -1224,12 +1243,22 @@ def _part_summary(p: Part, with_arms: bool) -> str:
     if p.judgement is None:
         return f"{where}: not judged ({p.not_judged})"
     j = p.judgement
-    summary = f"{where}: {_signed(j.effect)} {_interval(j)}, MDE {j.minimum_detectable_effect:.3f}, {j.verdict}"
+    if j.verdict == NO_TEST:
+        summary = f"{where}: identical arms, no test"
+    else:
+        summary = f"{where}: {_signed(j.effect)} {_interval(j)}, MDE {j.minimum_detectable_effect:.3f}, {j.verdict}"
     return summary + (f" (not counted: {p.excluded} {p.task})" if p.excluded else "")
 
 
 def index_table(parts_by_study: dict[str, list[Part]]) -> str:
-    header = ["method", "claim", "verdict (the rule)", "parts: effect [95 % interval], MDE, verdict", "before", "page"]
+    header = [
+        "method",
+        "claim",
+        "verdict (the rule)",
+        "parts: effect [95 % interval], MDE, verdict",
+        "before (v2 rule)",
+        "page",
+    ]
     lines = [_row(header), "|" + "---|" * len(header)]
     for study_name, parts in parts_by_study.items():
         page = PAGES[study_name]
@@ -1249,6 +1278,21 @@ def index_table(parts_by_study: dict[str, list[Part]]) -> str:
             ]
             lines.append(_row(cells))
     return "\n".join(lines)
+
+
+def rule_changes(parts_by_study: dict[str, list[Part]]) -> str:
+    """The claims whose verdict differs from the one the previous rule gave (`PREVIOUS_VERDICTS`), as a list: the
+    claim, its page, the verdict before and now (rendered, so the list cannot drift from the table)."""
+    lines = []
+    for study_name, parts in parts_by_study.items():
+        groups: dict[str, list[Part]] = {}
+        for p in parts:
+            groups.setdefault(claim_group(p.claim), []).append(p)
+        for group, members in groups.items():
+            now, before = group_verdict(members).replace("**", ""), PREVIOUS_VERDICTS.get(group)
+            if before is not None and now != before:
+                lines.append(f"- {group} ([{study_name}]({Path(PAGES[study_name].path).name})): {before} → **{now}**")
+    return "\n".join(lines) if lines else "- none"
 
 
 def method_summary(parts: list[Part], summary: MethodSummary) -> str:
@@ -1407,6 +1451,7 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
                 raise ValueError(f"{path}: place these rendered blocks: {missing}.")
             out[path] = fill(text, blocks, path)
     index_blocks["index:verdicts"] = index_table(all_parts)
+    index_blocks["index:rule_changes"] = rule_changes(all_parts)
     out[INDEX] = fill((root / INDEX).read_text(), index_blocks, INDEX)
     for summary in METHOD_SUMMARIES:
         if summary.study in names:
