@@ -59,15 +59,15 @@ def test_paired_comparison_hand_computed_interval():
     base = {s: _two_point_run(1.0, 0.5, 0.5) for s in (10, 11, 12)}
     (c,) = compare_at_kl(CLAIM, arm, base, [0.5])
     assert c.seeds == (10, 11, 12) and c.differences == pytest.approx((0.1, 0.2, 0.3), abs=1e-12)
-    # mean 0.2, sd 0.1, t_{0.975, 2} = 4.303: half-width 4.303 * 0.1 / sqrt(3) = 0.24843
+    # mean 0.2, sd 0.1, t_{0.975, 2} = 4.302653 (to 6 decimals): half-width 4.302653 * 0.1 / sqrt(3) = 0.248414
     assert c.mean == pytest.approx(0.2, abs=1e-12)
-    assert (c.low, c.high) == pytest.approx((0.2 - 0.248434, 0.2 + 0.248434), abs=1e-5)
+    assert (c.low, c.high) == pytest.approx((0.2 - 0.248414, 0.2 + 0.248414), abs=1e-6)
     assert c.verdict == "inconclusive"  # the interval holds 0 and the smallest effect 0.02
     # the claimed direction -1 flips the signs
     (flipped,) = compare_at_kl(
         MatchedKLClaim("arm below", arm="a", baseline="b", direction=-1, smallest_effect=0.02), arm, base, [0.5]
     )
-    assert flipped.mean == pytest.approx(-0.2, abs=1e-12) and flipped.high == pytest.approx(-0.2 + 0.248434, abs=1e-5)
+    assert flipped.mean == pytest.approx(-0.2, abs=1e-12) and flipped.high == pytest.approx(-0.2 + 0.248414, abs=1e-5)
     assert flipped.verdict == "inconclusive"  # its high end 0.048 is above the smallest effect 0.02
 
 

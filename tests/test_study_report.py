@@ -100,8 +100,9 @@ def _nsr_records(rng, effect_problems: int, num_problems: int = 60) -> list[dict
 
 
 def test_synthetic_records_render_and_judge_as_constructed(tmp_path):
-    """A large gain of `nsr` over `none` is reproduced; the same arms with no difference are not reproduced (the
-    design excludes the paper's 4.9 points); a claim whose arm did not run gives no part."""
+    """A large gain of `nsr` over `none` is reproduced; arms identical on every seed and problem are no test (the
+    design measured no variation; the rule judged them "not reproduced" before v3); a claim whose arm did not run
+    gives no part."""
     rng = np.random.default_rng(0)
     path = PAGES["nsr"].settings[0].records[0]
     _write(tmp_path, path, _nsr_records(rng, effect_problems=30))
@@ -122,7 +123,8 @@ def test_synthetic_records_render_and_judge_as_constructed(tmp_path):
 
     _write(tmp_path, path, _nsr_records(rng, effect_problems=0, num_problems=400))
     (judgement,) = [p.judgement for p in render_study("nsr", tmp_path)[1]]
-    assert judgement.verdict == "not reproduced" and judgement.high < 0.049
+    assert judgement.verdict == "no test" and (judgement.low, judgement.high) == (0.0, 0.0)
+    assert "identical on every seed and problem" in render_study("nsr", tmp_path)[0]["nsr:claims"]
 
 
 def test_trivial_baselines_are_rows_and_a_baseline_and_their_absence_is_handled(tmp_path):

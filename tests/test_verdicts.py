@@ -1,10 +1,26 @@
 """The verdict rule on synthetic records with a known answer: an effect that is there, one that is not, one too small
-to tell; the hierarchical interval; the rule itself at its edges."""
+to tell; the crossed interval and its coverage in simulation; identical arms; Holm over a grid; Student's t; the rule
+itself at its edges."""
+
+import math
 
 import numpy as np
 import pytest
 
-from trl_rlvr_ext.studies.verdicts import Claim, decide, hierarchical_bootstrap, judge, minimum_detectable_effect
+from trl_rlvr_ext.studies.verdicts import (
+    Claim,
+    crossed_bootstrap,
+    crossed_standard_error,
+    crossed_t_interval,
+    decide,
+    hierarchical_bootstrap,
+    holm_decisions,
+    judge,
+    minimum_detectable_effect,
+    seed_t_interval,
+    student_t_cdf,
+    student_t_quantile,
+)
 
 
 def _records(effect: float, num_seeds: int, num_problems: int, seed_sd: float, problem_sd: float, rng_seed=0):
@@ -60,15 +76,139 @@ def test_the_rule_at_its_edges():
         decide(0.2, 0.1, 0.05)
 
 
-def test_the_bootstrap_resamples_seeds_and_problems():
-    """With one seed's values all shifted, the interval widens only when seeds are resampled (the seed level is
-    real), and a constant difference has a zero-width interval."""
+def test_the_bootstrap_resamples_seeds_and_one_shared_problem_draw():
+    """With one seed's values all shifted, only seed resampling moves the mean; with one problem's values shifted on
+    every seed, the crossed draw moves all seeds together (the nested draw averages it away over seeds)."""
     constant = np.full((3, 50), 0.1)
-    assert np.allclose(hierarchical_bootstrap(constant, 500), 0.1)
+    assert np.allclose(crossed_bootstrap(constant, 500), 0.1)
     shifted = np.zeros((4, 50))
     shifted[0] += 0.4  # one seed differs: only seed resampling moves the mean
-    means = hierarchical_bootstrap(shifted, 2000)
+    means = crossed_bootstrap(shifted, 2000)
     assert means.std() > 0.05 and set(np.round(np.unique(means), 6)) <= {0.0, 0.1, 0.2, 0.3, 0.4}
+    problem = np.zeros((5, 20))
+    problem[:, 0] = 1.0  # a problem every seed gains on: a shared effect
+    crossed, nested = crossed_bootstrap(problem, 4000), hierarchical_bootstrap(problem, 4000)
+    # the crossed replicate mean is (count of problem 0 in the one draw) / 20: sd = sqrt(20 * (1/20)(19/20)) / 20
+    assert crossed.std() == pytest.approx(math.sqrt(20 * (1 / 20) * (19 / 20)) / 20, rel=0.06)
+    assert nested.std() == pytest.approx(crossed.std() / math.sqrt(5), rel=0.1)  # shrunk by the seed count
+
+
+def test_the_crossed_standard_error_by_hand():
+    # d = grand 0.2 + seed effects (-0.1, +0.1) + problem effects (-0.05, 0, +0.05) + no residual
+    d = 0.2 + np.array([[-0.1], [0.1]]) + np.array([[-0.05, 0.0, 0.05]])
+    se, df = crossed_standard_error(d)
+    ms_seed = 3 * (0.1**2 + 0.1**2) / 1  # P * sum of squared seed-mean deviations / (S - 1) = 0.06
+    ms_problem = 2 * (0.05**2 + 0 + 0.05**2) / 2  # S * ... / (P - 1) = 0.005
+    assert se == pytest.approx(math.sqrt((ms_seed + ms_problem) / 6))  # MS_residual = 0
+    assert df == pytest.approx((ms_seed + ms_problem) ** 2 / (ms_seed**2 / 1 + ms_problem**2 / 2))
+    low, high, nu = crossed_t_interval(d)
+    assert nu == df and (low + high) / 2 == pytest.approx(0.2)
+    assert high - 0.2 == pytest.approx(student_t_quantile(0.975, df) * se)
+    # a table whose seeds all agree and problems vary: the seed-t interval sees no spread, the crossed one does
+    shared = np.tile(np.linspace(-0.3, 0.5, 30), (4, 1))
+    assert seed_t_interval(shared) == pytest.approx((0.1, 0.1))
+    low, high, _ = crossed_t_interval(shared)
+    assert high - low > 0.1
+
+
+def _crossed_table(rng, mu, num_seeds, num_problems, seed_sd, problem_sd, residual_sd):
+    return (
+        mu
+        + rng.normal(0, seed_sd, (num_seeds, 1))
+        + rng.normal(0, problem_sd, (1, num_problems))
+        + rng.normal(0, residual_sd, (num_seeds, num_problems))
+    )
+
+
+@pytest.mark.parametrize(
+    "num_seeds, num_problems, seed_sd, problem_sd, residual_sd",
+    [(5, 40, 0.01, 0.2, 0.1), (3, 60, 0.05, 0.1, 0.1), (5, 30, 0.03, 0.03, 0.2)],
+)
+def test_the_interval_covers_a_known_effect_about_95_percent_of_the_time(
+    num_seeds, num_problems, seed_sd, problem_sd, residual_sd
+):
+    """Synthetic crossed tables with a known mean effect: the rule's interval (the hull) holds it in about 95 % of
+    tables; the nested rule it replaces undercovers where the shared problem term dominates."""
+    rng = np.random.default_rng(1)
+    mu, sims, claim = 0.05, 300, Claim("c", "a", "b", "pass@1", smallest_effect=0.1)
+    covered, nested_covered = 0, 0
+    for sim in range(sims):
+        d = _crossed_table(rng, mu, num_seeds, num_problems, seed_sd, problem_sd, residual_sd)
+        j = judge(
+            claim,
+            {s: d[s] for s in range(num_seeds)},
+            {s: np.zeros(num_problems) for s in range(num_seeds)},
+            num_resamples=1000,
+            seed=sim,
+        )
+        covered += j.low <= mu <= j.high
+        nested = hierarchical_bootstrap(d, 1000, seed=sim)
+        low, high = seed_t_interval(d)
+        nested_low, nested_high = min(np.quantile(nested, 0.025), low), max(np.quantile(nested, 0.975), high)
+        nested_covered += nested_low <= mu <= nested_high
+    assert 0.93 <= covered / sims <= 0.995, covered / sims
+    if problem_sd > residual_sd:  # the shared problem term dominates: the old rule's interval was too narrow
+        assert nested_covered / sims < 0.85, nested_covered / sims
+
+
+def test_identical_arms_are_no_test():
+    ceiling = {s: np.ones(12) for s in range(3)}
+    j = judge(CLAIM, ceiling, ceiling)
+    assert j.verdict == "no test" and (j.low, j.high, j.effect) == (0.0, 0.0, 0.0)
+    assert math.isnan(j.minimum_detectable_effect)
+    # one problem of one seed differs: a test again (a narrow interval, but one that measured something)
+    arm = {s: np.ones(12) for s in range(3)}
+    arm[1] = np.r_[np.zeros(1), np.ones(11)]
+    assert judge(CLAIM, arm, ceiling, num_resamples=500).verdict != "no test"
+
+
+def test_the_detectable_effect_uses_t_quantiles():
+    assert minimum_detectable_effect(0.01) == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-5)
+    assert minimum_detectable_effect(0.01, 4) == pytest.approx((2.776445 + 0.940965) * 0.01, rel=1e-5)
+    d = _crossed_table(np.random.default_rng(0), 0.05, 4, 30, 0.05, 0.1, 0.1)
+    j = judge(CLAIM, {s: d[s] for s in range(4)}, {s: np.zeros(30) for s in range(4)}, num_resamples=2000)
+    se, df = crossed_standard_error(d)
+    assert j.degrees_of_freedom == df
+    assert j.minimum_detectable_effect >= minimum_detectable_effect(se, df) * (1 - 1e-12)
+
+
+def test_student_t_against_tables():
+    # t_{0.975, df} from printed tables, and the normal limit
+    for df, value in [(1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (9, 2.262), (29, 2.045)]:
+        assert student_t_quantile(0.975, df) == pytest.approx(value, abs=5e-4)
+    assert student_t_quantile(0.8, 4) == pytest.approx(0.9410, abs=1e-4)
+    assert student_t_quantile(0.975, math.inf) == pytest.approx(1.959964, abs=1e-6)
+    assert student_t_quantile(0.025, 5) == pytest.approx(-student_t_quantile(0.975, 5))
+    assert student_t_cdf(0.0, 3) == 0.5 and student_t_cdf(2.776445, 4) == pytest.approx(0.975, abs=1e-6)
+    # a fractional (Satterthwaite) df: the cdf against a numerical integral of the density
+    df, x = 2.5, 1.7
+    grid = np.linspace(0.0, x, 200_001)
+    density = (
+        math.gamma((df + 1) / 2)
+        / (math.sqrt(df * math.pi) * math.gamma(df / 2))
+        * (1 + grid**2 / df) ** (-(df + 1) / 2)
+    )
+    assert student_t_cdf(x, df) == pytest.approx(0.5 + float(np.trapezoid(density, grid)), abs=1e-9)
+    assert student_t_cdf(student_t_quantile(0.975, df), df) == pytest.approx(0.975, abs=1e-10)
+    with pytest.raises(ValueError, match="0 < p < 1"):
+        student_t_quantile(1.0, 3)
+
+
+def test_holm_over_a_grid():
+    # one point: Holm is the t interval's rule
+    for mean in (0.3, 0.0, -0.3):
+        low, high = mean - student_t_quantile(0.975, 4) * 0.1, mean + student_t_quantile(0.975, 4) * 0.1
+        assert holm_decisions([mean], [0.1], [4], threshold=0.2) == [decide(low, high, 0.2)]
+    # three points, each alone just past 0 at 95 % (p ~ 0.02): uncorrected all reproduced; Holm keeps only the
+    # strongest (p 0.001 <= 0.025/3), then stops (0.02 > 0.025/2)
+    t = student_t_quantile(0.98, 4)  # p = 0.02 at se 0.1
+    means = [0.1 * student_t_quantile(0.999, 4), 0.1 * t, 0.1 * t]
+    assert [decide(m - student_t_quantile(0.975, 4) * 0.1, 1.0, 5.0) for m in means] == ["reproduced"] * 3
+    assert holm_decisions(means, [0.1] * 3, [4] * 3, threshold=0.35) == ["reproduced", "inconclusive", "inconclusive"]
+    # the other family: far below the effect to exclude, at every point, is "not reproduced" even after Holm
+    assert holm_decisions([-0.5, -0.4], [0.05, 0.05], [4, 4], threshold=0.2) == ["not reproduced"] * 2
+    with pytest.raises(ValueError, match="one entry per grid point"):
+        holm_decisions([0.1, 0.2], [0.1], [4, 4], threshold=0.2)
 
 
 def test_claims_and_pairing_are_checked():
@@ -80,28 +220,23 @@ def test_claims_and_pairing_are_checked():
         judge(CLAIM, {0: [1.0]}, {0: [0.0]})
     with pytest.raises(ValueError, match="they must pair"):
         judge(CLAIM, {0: [1.0], 1: [1.0, 0.0]}, {0: [0.0], 1: [0.0]})
-    assert minimum_detectable_effect(0.01) == pytest.approx((1.959964 + 0.841621) * 0.01, rel=1e-5)
 
 
-def test_the_rule_reads_the_hull_of_the_bootstrap_and_seed_t_intervals_and_the_metric_k():
-    """The t interval over seeds is wider than the bootstrap's at 3 seeds, and centred on the mean per-seed
-    difference; the decision interval is the hull of both, so a verdict the bootstrap alone would give can fall to
-    inconclusive; a claim's k is read from its metric."""
-    from trl_rlvr_ext.studies.verdicts import seed_t_detectable_effect, seed_t_interval
-
+def test_the_rule_reads_the_hull_of_the_bootstrap_and_t_intervals_and_the_metric_k():
+    """At 3 seeds that disagree, the crossed t interval (few degrees of freedom) is wider than the bootstrap's; the
+    decision interval is the hull of both, so a verdict the bootstrap alone would give can fall to inconclusive; a
+    claim's k is read from its metric."""
     differences = np.array([[0.0] * 10, [0.1] * 10, [0.2] * 10])
-    low, high = seed_t_interval(differences)
-    assert (low + high) / 2 == pytest.approx(0.1)
-    assert high - 0.1 == pytest.approx(4.303 * 0.1 / np.sqrt(3), rel=1e-3)  # t_{0.975, 2} * sd / sqrt(n)
     judgement = judge(CLAIM, {s: differences[s] for s in range(3)}, {s: np.zeros(10) for s in range(3)})
-    assert judgement.seed_t_low < judgement.bootstrap_low and judgement.bootstrap_high < judgement.seed_t_high
-    assert (judgement.low, judgement.high) == (judgement.seed_t_low, judgement.seed_t_high)  # here the hull is t's
+    assert judgement.t_low < judgement.bootstrap_low and judgement.bootstrap_high < judgement.t_high
+    assert (judgement.low, judgement.high) == (judgement.t_low, judgement.t_high)  # here the hull is t's
+    # no problem variation: the crossed t interval is the seed-t interval (sd 0.1 over 3 seeds, 2 df)
+    assert judgement.degrees_of_freedom == pytest.approx(2)
+    assert judgement.t_high - 0.1 == pytest.approx(4.303 * 0.1 / np.sqrt(3), rel=1e-3)
     # the bootstrap alone excludes 0 (every resample of these seeds has a mean >= 0, most > 0) ...
     assert judgement.bootstrap_low >= 0
-    # ... but the seed-level interval does not (sd 0.1 over 3 seeds): the rule says inconclusive, not reproduced
+    # ... but the t interval does not: the rule says inconclusive, not reproduced
     assert judgement.low < 0 and judgement.verdict == "inconclusive"
-    assert judgement.minimum_detectable_effect == pytest.approx(seed_t_detectable_effect(differences))
-    assert seed_t_detectable_effect(differences) == pytest.approx((4.303 + 0.8416) * 0.1 / np.sqrt(3), rel=1e-3)
     assert Claim("c", "a", "b", "pass@256", smallest_effect=0.1).k == 256
     with pytest.raises(ValueError, match="not 'pass@<k>'"):
         _ = Claim("c", "a", "b", "greedy", smallest_effect=0.1).k

@@ -246,16 +246,14 @@ def paired_gains(records: list[dict]):
 
 
 def crossed_interval(gains, level: float = 0.95, resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean gain, seeds and problems resampled crossed: each replicate draws
-    seeds with replacement and ONE problem draw shared by every seed (every seed ran on the same problems, so a
-    problem's effect is shared across seeds and must be redrawn as one)."""
+    """Percentile interval of the mean gain under the crossed bootstrap of the verdict rule
+    (`trl_rlvr_ext.studies.verdicts.crossed_bootstrap`: seeds with replacement and ONE problem draw shared by every
+    seed; every seed ran on the same problems, so a problem's effect is shared across seeds and is redrawn as one)."""
     import numpy as np
 
-    rng = np.random.default_rng(seed)
-    num_seeds, num_problems = gains.shape
-    seeds = rng.integers(0, num_seeds, size=(resamples, num_seeds))
-    problems = rng.integers(0, num_problems, size=(resamples, num_problems))
-    means = np.array([gains[s][:, p].mean() for s, p in zip(seeds, problems)])
+    from ..studies.verdicts import crossed_bootstrap
+
+    means = crossed_bootstrap(gains, num_resamples=resamples, seed=seed)
     tail = (1 - level) / 2
     return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 

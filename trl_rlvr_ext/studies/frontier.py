@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .verdicts import decide, seed_t_interval
+from .verdicts import holm_decisions, seed_t_interval
 
 
 GOLD_KEYS = ("greedy_acc", "pass1")
@@ -116,14 +116,16 @@ def compare_at_kl(
 
     At each KL, a seed counts only where both arms' frontiers reach it (`gold_at_kl` is not ``None`` for both); its
     difference is ``direction · (arm − baseline)``. With at least 2 such seeds the interval is
-    `trl_rlvr_ext.studies.verdicts.seed_t_interval` of those differences and the verdict
-    `trl_rlvr_ext.studies.verdicts.decide` against ``claim.smallest_effect``; with fewer, the verdict is
-    "inconclusive" (one seed has no spread to judge it by) and the interval is ``None``.
+    `trl_rlvr_ext.studies.verdicts.seed_t_interval` of those differences, and the verdicts of the grid's points
+    are `trl_rlvr_ext.studies.verdicts.holm_decisions` over them (one family per claim: the rule's one-sided t tests
+    against 0 and ``claim.smallest_effect``, stepped down by Holm); with fewer than 2 seeds the verdict is
+    "inconclusive" (one seed has no spread to judge it by), the point is not in the family, and the interval is
+    ``None``.
     """
     if not kl_grid:
         raise ValueError("An empty KL grid: declare the KL values to compare at (e.g. 0.25, 0.5, 1.0).")
     common = sorted(set(arm_runs) & set(baseline_runs))
-    comparisons = []
+    points = []
     for kl in kl_grid:
         seeds, differences, missing = [], [], []
         for seed in common:
@@ -134,16 +136,28 @@ def compare_at_kl(
                 continue
             seeds.append(seed)
             differences.append(claim.direction * (a - b))
+        points.append((float(kl), seeds, differences, missing))
+    # The grid is one family: Holm's step-down over the points with at least 2 seeds (`holm_decisions`) keeps the
+    # family-wise error of each kind of verdict at the 95 % interval's 2.5 % per end; the interval shown is each
+    # point's own (unadjusted) t interval.
+    testable = [i for i, (_, _, differences, _) in enumerate(points) if len(differences) >= 2]
+    stats = [np.asarray(points[i][2], dtype=float) for i in testable]
+    verdicts = holm_decisions(
+        [float(d.mean()) for d in stats],
+        [float(d.std(ddof=1)) / math.sqrt(d.size) for d in stats],
+        [d.size - 1 for d in stats],
+        claim.smallest_effect,
+    )
+    judged = dict(zip(testable, verdicts))
+    comparisons = []
+    for i, (kl, seeds, differences, missing) in enumerate(points):
         mean = float(np.mean(differences)) if differences else None
         low = high = None
-        verdict = "inconclusive"
-        if len(differences) >= 2:
+        if i in judged:
             low, high = seed_t_interval(np.asarray(differences, dtype=float)[:, None])
-            verdict = decide(low, high, claim.smallest_effect)
+        verdict = judged.get(i, "inconclusive")
         comparisons.append(
-            MatchedKLComparison(
-                claim, float(kl), tuple(seeds), tuple(differences), mean, low, high, verdict, tuple(missing)
-            )
+            MatchedKLComparison(claim, kl, tuple(seeds), tuple(differences), mean, low, high, verdict, tuple(missing))
         )
     return comparisons
 
@@ -177,7 +191,7 @@ def matched_kl_table(comparisons: Sequence[MatchedKLComparison]) -> str:
     """A markdown table of `compare_at_kl` results: one row per (claim, KL); the differences are signed so that the
     claimed direction is positive."""
     lines = [
-        "| comparison | metric | KL | seeds | mean difference | 95 % t interval (seeds) | verdict |",
+        "| comparison | metric | KL | seeds | mean difference | 95 % t interval (seeds) | verdict (Holm over the KL grid) |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in comparisons:

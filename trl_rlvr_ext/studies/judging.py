@@ -1,29 +1,26 @@
 """The claims of a page, judged: each claim of a study on each task and setting where its arms ran (`Part`, by
 `trl_rlvr_ext.studies.verdicts.judge` on the paired per-problem pass@k), the requirements between claims, the claims
-table, a claim's verdict over its parts, the index's verdict table and a method page's summary. No study is named
-here: a page's own labels and history come with its `Page`.
+table. A claim's verdict over its parts, the index's tables and a method page's summary are in
+`trl_rlvr_ext.studies.verdict_index`. No study is named here: a page's own labels and history come with its `Page`.
 """
 
 import dataclasses
 import functools
-from pathlib import Path
 
 import numpy as np
 
-from .markdown import interval, row, signed, table
+from .markdown import interval, signed, table
 from .pages import (
     BOOTSTRAP_SEED,
     NUM_RESAMPLES,
     TRIVIAL_PREFIX,
-    MethodSummary,
-    Page,
     PageSetting,
     evaluation_rows,
     is_untrained,
     page_tasks,
     per_problem,
 )
-from .verdicts import Claim, Judgement, judge
+from .verdicts import NO_TEST, Claim, Judgement, judge
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +214,7 @@ def claims_table(parts: list[Part]) -> str:
         "where (seeds × problems)",
         "arm − baseline, metric",
         "effect [95 % interval]",
-        "bootstrap / seed t",
+        "crossed bootstrap / crossed t (ν)",
         "MDE",
         "effect to exclude",
         "verdict",
@@ -232,12 +229,14 @@ def claims_table(parts: list[Part]) -> str:
         cells = [name, where, f"{c.arm} − {p.baseline}, {c.metric}"]
         if j is None:
             cells += ["-", "-", "-", exclude, f"not judged: {p.not_judged}"]
+        elif j.verdict == NO_TEST:
+            cells += ["+0.000 (the arms are identical on every seed and problem)", "-", "-", exclude, "**no test**"]
         else:
             cells += [
                 f"{signed(j.effect)} {interval(j)}",
                 (
                     f"[{signed(j.bootstrap_low)}, {signed(j.bootstrap_high)}] / "
-                    f"[{signed(j.seed_t_low)}, {signed(j.seed_t_high)}]"
+                    f"[{signed(j.t_low)}, {signed(j.t_high)}] ({j.degrees_of_freedom:.1f})"
                 ),
                 f"{j.minimum_detectable_effect:.3f}",
                 exclude,
@@ -291,13 +290,15 @@ def claims_table(parts: list[Part]) -> str:
             f"The rule (`trl_rlvr_ext/studies/verdicts.py`): **reproduced** if the interval excludes 0 in the claimed "
             f"direction, **not reproduced** if it excludes the effect to exclude, else **inconclusive**. The interval is "
             "the hull of two 95 % intervals of the per-problem paired difference (same seeds, same problems), both "
-            f"shown: a hierarchical bootstrap ({NUM_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}; seeds with "
-            "replacement, then problems with replacement within each drawn seed) and a t interval over the per-seed "
-            "mean differences (Student's t, seeds − 1 degrees of freedom). With 3-5 seeds the bootstrap alone is too "
-            "narrow at the seed level (3 seeds have 10 distinct resamples, and it has no small-sample factor), and the "
-            "t interval alone ignores the finite problem set: a verdict must hold under both. MDE: the effect this "
-            "design detects with 80 % power, the larger of 2.80 × the bootstrap's standard error and "
-            "(t + 0.84) × the seed means' standard error."
+            f"shown. Every seed runs on the same problems, so the design is crossed: a crossed bootstrap "
+            f"({NUM_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}; the seeds with replacement and one problem draw, with "
+            "replacement, shared by every drawn seed) and a crossed t interval (the grand mean's variance from the "
+            "two-way ANOVA mean squares, (MS_seed + MS_problem − MS_residual) / (seeds × problems), with Satterthwaite's "
+            "degrees of freedom ν). With 3-5 seeds the bootstrap alone is too narrow at the seed level (3 seeds have 10 "
+            "distinct resamples), which the t quantile at ν corrects: a verdict must hold under both. **no test**: the "
+            "arms are identical on every seed and problem (e.g. both at pass = 1 everywhere), so nothing is judged. "
+            "MDE: the effect this design detects with 80 % power, (t_{0.975, ν} + t_{0.8, ν}) × the larger of the "
+            "two standard errors."
         ),
     ]
     return "\n".join(lines)
@@ -316,86 +317,6 @@ def claim_group(claim: Claim) -> str:
     return claim.part_of or claim.name
 
 
-def _combined(parts: list[Part]) -> str:
-    judged = [p.judgement.verdict for p in parts if p.judgement]
-    if not judged:
-        return "not judged"
-    counts = {v: judged.count(v) for v in dict.fromkeys(judged)}
-    return judged[0] if len(counts) == 1 else "mixed (" + ", ".join(f"{n} {v}" for v, n in counts.items()) + ")"
-
-
 def exploratory_label(reason: str) -> str:
     """The short label of an exploratory reason (the text before its first ': ')."""
     return reason.split(": ", 1)[0]
-
-
-def group_verdict(parts: list[Part]) -> str:
-    """A claim's verdict from its parts: the one verdict they share, or "mixed" with the count of each. Parts set after
-    looking (exploratory) do not count towards it; they get their own, labelled, after it. A claim with only
-    exploratory parts gets their verdict, labelled exploratory."""
-    counted = [p for p in parts if not p.excluded]
-    registered = [p for p in counted if not p.exploratory]
-    exploratory = [p for p in counted if p.exploratory]
-    labels = ", ".join(dict.fromkeys(exploratory_label(p.exploratory) for p in exploratory))
-    if not counted:
-        reasons: dict[str, list[str]] = {}
-        for p in parts:
-            reasons.setdefault(p.excluded, []).append(p.task)
-        return "**no test** (" + "; ".join(f"{r} {', '.join(dict.fromkeys(t))}" for r, t in reasons.items()) + ")"
-    if not registered:
-        return f"**{_combined(exploratory)}**, exploratory ({labels})"
-    verdict = f"**{_combined(registered)}**"
-    if exploratory and any(p.judgement for p in exploratory):
-        verdict += f"; exploratory ({labels}): {_combined(exploratory)}"
-    return verdict
-
-
-def _part_summary(p: Part, with_arms: bool) -> str:
-    where = f"{p.task}, {p.setting.name}" + (f", {p.claim.arm} − {p.baseline} {p.claim.metric}" if with_arms else "")
-    where += " (exploratory)" if p.exploratory else ""
-    if p.judgement is None:
-        return f"{where}: not judged ({p.not_judged})"
-    j = p.judgement
-    summary = f"{where}: {signed(j.effect)} {interval(j)}, MDE {j.minimum_detectable_effect:.3f}, {j.verdict}"
-    return summary + (f" (not counted: {p.excluded} {p.task})" if p.excluded else "")
-
-
-def index_table(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -> str:
-    """The index's verdict table: one row per claim (group) of every study, in the order of ``pages``."""
-    header = ["method", "claim", "verdict (the rule)", "parts: effect [95 % interval], MDE, verdict", "before", "page"]
-    lines = [row(header), "|" + "---|" * len(header)]
-    for study_name, parts in parts_by_study.items():
-        page = pages[study_name]
-        groups: dict[str, list[Part]] = {}
-        for p in parts:
-            groups.setdefault(claim_group(p.claim), []).append(p)
-        for group, members in groups.items():
-            with_arms = len({(p.claim.arm, p.baseline, p.claim.metric) for p in members}) > 1
-            summary = "; ".join(_part_summary(p, with_arms) for p in members)
-            cells = [
-                page.method_of_arm.get(members[0].claim.arm, page.label),
-                group,
-                group_verdict(members),
-                summary,
-                page.previous_verdicts.get(group, "-"),
-                f"[{study_name}]({Path(page.path).name})",
-            ]
-            lines.append(row(cells))
-    return "\n".join(lines)
-
-
-def method_summary(parts: list[Part], summary: MethodSummary) -> str:
-    groups: dict[str, list[Part]] = {}
-    for p in parts:
-        if summary.select(p.claim):
-            groups.setdefault(claim_group(p.claim), []).append(p)
-    seeds = sorted({p.judgement.num_seeds for members in groups.values() for p in members if p.judgement})
-    lines = [
-        (
-            f"Verdicts of the rule, at {' or '.join(map(str, seeds)) or 'no'} seeds and this scale (the intervals, "
-            "the minimum detectable effects and the caveats are on the evidence page):"
-        ),
-        "",
-    ]
-    lines += [f"- {group}: {group_verdict(members)}" for group, members in groups.items()]
-    return "\n".join(lines)

@@ -12,7 +12,7 @@ and hand-written prose outside them. `render_pages` recomputes every block from 
 kept, so a block can sit inside an admonition): per task and setting the Pass@k table (mean ± sd over seeds, every
 arm of the records, the trivial-policy baselines of ``docs/evidence/data/trivial.jsonl`` where that file exists) and
 the per-seed rows; per study the claims (`Study.claims`), each judged on every task and setting where both arms ran by
-`trl_rlvr_ext.studies.verdicts.judge` (paired per-problem pass@k, hierarchical bootstrap over seeds and problems with a
+`trl_rlvr_ext.studies.verdicts.judge` (paired per-problem pass@k, crossed bootstrap and t over seeds and problems with a
 fixed seed, so the output is deterministic), and the commands and wall times; the index's verdict table; and the
 evidence summary of each method page. This module only assembles: the pages are declared in each study's package (``<study>/pages.py``, found through
 `trl_rlvr_ext.studies.registry`), the tables in `pages`, the claims in `judging`, the Markdown in `markdown`, the
@@ -26,12 +26,9 @@ from .judging import (  # noqa: F401  (the page engine's names, re-exported wher
     apply_requirements,
     base_reason,
     claims_table,
-    group_verdict,
-    index_table,
     judge_parts,
     judged_problems,
     judged_records,
-    method_summary,
 )
 from .markdown import BLOCK_IDS, fill, seed_ranges  # noqa: F401
 from .pages import (  # noqa: F401
@@ -54,6 +51,7 @@ from .pages import (  # noqa: F401
     splits_block,
 )
 from .registry import get_pages, get_study
+from .verdict_index import group_verdict, index_table, method_summary, rule_changes  # noqa: F401
 
 
 # Every study's page, by study name (`trl_rlvr_ext.studies.registry`).
@@ -115,6 +113,7 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
                 raise ValueError(f"{path}: place these rendered blocks: {missing}.")
             out[path] = fill(text, blocks, path)
     index_blocks["index:verdicts"] = index_table(all_parts, PAGES)
+    index_blocks["index:rule_changes"] = rule_changes(all_parts, PAGES)
     out[INDEX] = fill((root / INDEX).read_text(), index_blocks, INDEX)
     for summary in METHOD_SUMMARIES:
         if summary.study in names:

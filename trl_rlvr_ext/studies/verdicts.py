@@ -7,29 +7,43 @@ same seeds and the same problems:
     d[s, p] = metric_arm[s, p] − metric_baseline[s, p]        (seed s, problem p)
     effect  = mean_s mean_p d[s, p]
 
-Its interval is the **hull of two 95 % intervals**:
+**The design is crossed** (evidence v3): every seed runs on the same problems, so a problem's effect is shared by every
+seed. The model is d[s, p] = μ + a_s + b_p + e_sp (seed, problem and residual terms), whose grand mean has variance
 
-- a **hierarchical bootstrap**: resample the seeds with replacement, then, within each drawn seed, the problems with
-  replacement, and take the mean; the percentile interval of those means. Both sources of variation (training seeds,
-  the finite problem set) enter, and the pairing is kept (a problem's arm and baseline values are resampled
-  together);
-- a **t interval over seeds** (`seed_t_interval`): the per-seed mean differences, Student's t with seeds − 1 degrees
-  of freedom.
+    Var(effect) = σ²_seed / S + σ²_problem / P + σ²_residual / (S P).
 
-Why both: with the few seeds a CPU affords (3-5), the percentile bootstrap is too narrow at the seed level (3 seeds
-have 10 distinct resamples, 5 have 126, and it has no small-sample factor), while the t interval ignores the finite
-problem set. A verdict must hold under both, so the rule reads the smallest interval that contains both.
+An earlier rule redrew the problems separately within each drawn seed, which shrinks the problem term by S; its
+seed-t half ignored the problem term. The interval is now the **hull of two 95 % intervals**, both crossed:
+
+- a **crossed bootstrap** (`crossed_bootstrap`): each replicate draws the seeds with replacement and ONE problem draw,
+  with replacement, shared by every drawn seed; the percentile interval of the replicate means. The pairing is kept
+  (a problem's arm and baseline values are resampled together);
+- a **crossed t interval** (`crossed_t_interval`): effect ± t_{0.975, ν} · se, with se² = (MS_seed + MS_problem −
+  MS_residual) / (S P) from the two-way ANOVA mean squares (the unbiased moment estimate of the variance above,
+  floored at max(MS_seed, MS_problem) / (S P), each a lower bound of it) and ν its Satterthwaite degrees of freedom.
+
+Why both: with the few seeds a CPU affords (3-5) the percentile bootstrap is too narrow at the seed level (3 seeds
+have 10 distinct resamples, and it has no small-sample factor), which the t quantile at ν degrees of freedom corrects;
+the bootstrap does not lean on the normal shape of the effect. A verdict must hold under both.
 
 The verdict follows from the interval ``[lo, hi]`` of the effect signed in the claimed direction, and nothing else:
 
+- **no test**: every paired difference is exactly 0 (e.g. both arms at the ceiling, pass = 1 on every problem and
+  seed): the design measured no variation, so no interval can be formed and nothing is judged;
 - **reproduced**: ``lo > 0`` (the interval excludes 0 in the claimed direction);
 - **not reproduced**: ``hi < threshold``, the paper's effect or the smallest effect of interest (the interval excludes
   it: any effect there is smaller than claimed, or opposite);
-- **inconclusive**: neither.
+- **inconclusive**: none of these.
 
-`minimum_detectable_effect` gives the effect this design would detect with 80 % power at this level:
-``(z_{1−α/2} + z_{0.8}) · se`` from the bootstrap's standard error, or ``(t_{0.975, n−1} + z_{0.8}) · sd / √n`` from
-the seed means, whichever is larger (the hull is at least as wide as either). Pure numpy; no trainer, no study.
+`judge` also reports the minimum detectable effect, the true effect this design detects with 80 % power at this
+level: ``(t_{0.975, ν} + t_{0.8, ν}) · se``, se the larger of the crossed standard error and the bootstrap's.
+
+**Grids** (one claim judged at many points, e.g. matched-KL levels): `holm_decisions` controls the family-wise error of
+the grid's verdicts by Holm's step-down over the one-sided t tests behind them (α = 0.025 each way, as the 95 %
+interval's ends are), stated on every page that shows a grid.
+
+Student's t distribution is computed here (`student_t_cdf`, `student_t_quantile`, from the regularised incomplete beta
+function): the package does not depend on scipy. Pure numpy; no trainer, no study.
 """
 
 import dataclasses
@@ -39,7 +53,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 
-VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "no test")
+NO_TEST = "no test"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,16 +122,17 @@ class Judgement:
 
     claim: Claim
     effect: float  # signed in the claimed direction
-    low: float  # the decision interval: the hull of the bootstrap and seed-t intervals
+    low: float  # the decision interval: the hull of the crossed bootstrap and crossed t intervals
     high: float
     minimum_detectable_effect: float
     num_seeds: int
     num_problems: int
     verdict: str
-    bootstrap_low: float = float("nan")  # `hierarchical_bootstrap`'s percentile interval
+    bootstrap_low: float = float("nan")  # `crossed_bootstrap`'s percentile interval
     bootstrap_high: float = float("nan")
-    seed_t_low: float = float("nan")  # `seed_t_interval`
-    seed_t_high: float = float("nan")
+    t_low: float = float("nan")  # `crossed_t_interval`
+    t_high: float = float("nan")
+    degrees_of_freedom: float = float("nan")  # the crossed t interval's (Satterthwaite)
 
 
 def paired_differences(arm: Mapping[int, Sequence[float]], baseline: Mapping[int, Sequence[float]]) -> np.ndarray:
@@ -140,8 +156,9 @@ def paired_differences(arm: Mapping[int, Sequence[float]], baseline: Mapping[int
 
 
 def hierarchical_bootstrap(differences: np.ndarray, num_resamples: int = 10_000, seed: int = 0) -> np.ndarray:
-    """Means of ``num_resamples`` two-level resamples of ``differences`` (seeds × problems): seeds with replacement,
-    then problems with replacement within each drawn seed (drawn in chunks, so memory stays bounded)."""
+    """Means of ``num_resamples`` nested resamples of ``differences`` (seeds × problems): seeds with replacement, then
+    problems with replacement *within each drawn seed*. Not the rule's (see the module: it shrinks the shared problem
+    variance by the seed count); kept to show, in the tests, what the crossed design corrects."""
     differences = np.asarray(differences, dtype=float)
     num_seeds, num_problems = differences.shape
     rng = np.random.default_rng(seed)
@@ -154,15 +171,82 @@ def hierarchical_bootstrap(differences: np.ndarray, num_resamples: int = 10_000,
     return np.concatenate(means)
 
 
-def _normal_quantile(p: float) -> float:
-    from statistics import NormalDist
+def crossed_bootstrap(differences: np.ndarray, num_resamples: int = 10_000, seed: int = 0) -> np.ndarray:
+    """Means of ``num_resamples`` crossed resamples of ``differences`` (seeds × problems): the seeds with replacement
+    and one problem draw with replacement, the same for every drawn seed (drawn in chunks: memory stays bounded)."""
+    differences = np.asarray(differences, dtype=float)
+    num_seeds, num_problems = differences.shape
+    rng = np.random.default_rng(seed)
+    means = []
+    for start in range(0, num_resamples, 1000):
+        size = min(1000, num_resamples - start)
+        seed_draws = rng.integers(0, num_seeds, size=(size, num_seeds))
+        problem_draws = rng.integers(0, num_problems, size=(size, num_problems))
+        means.append(differences[seed_draws[:, :, None], problem_draws[:, None, :]].mean(axis=(1, 2)))
+    return np.concatenate(means)
 
-    return NormalDist().inv_cdf(p)
+
+def crossed_standard_error(differences: np.ndarray) -> tuple[float, float]:
+    """``(se, ν)``: the standard error of the grand mean of a seeds × problems table under the crossed model (see the
+    module) and its Satterthwaite degrees of freedom.
+
+    Two-way ANOVA without replication: MS_seed = P Σ_s (r_s − m)² / (S − 1), MS_problem = S Σ_p (c_p − m)² / (P − 1),
+    MS_residual = Σ (d − r_s − c_p + m)² / ((S − 1)(P − 1)), with r, c the seed and problem means and m the grand mean;
+    E[MS_seed + MS_problem − MS_residual] = S P · Var(m). The estimate is floored at max(MS_seed, MS_problem), whose
+    expectations (σ²_e + P σ²_seed, σ²_e + S σ²_problem) are each at most S P · Var(m). With one problem only the seed
+    term is left: the t interval over seeds."""
+    d = np.asarray(differences, dtype=float)
+    num_seeds, num_problems = d.shape
+    if num_seeds < 2:
+        raise ValueError(f"A crossed interval needs at least 2 seeds, got {num_seeds}.")
+    grand = d.mean()
+    seed_means, problem_means = d.mean(axis=1), d.mean(axis=0)
+    ms_seed = num_problems * float(np.sum((seed_means - grand) ** 2)) / (num_seeds - 1)
+    if num_problems < 2:
+        return math.sqrt(ms_seed / num_seeds), float(num_seeds - 1)
+    ms_problem = num_seeds * float(np.sum((problem_means - grand) ** 2)) / (num_problems - 1)
+    df_residual = (num_seeds - 1) * (num_problems - 1)
+    residual = d - seed_means[:, None] - problem_means[None, :] + grand
+    ms_residual = float(np.sum(residual**2)) / df_residual
+    terms = [(ms_seed, num_seeds - 1), (ms_problem, num_problems - 1), (-ms_residual, df_residual)]
+    combined = ms_seed + ms_problem - ms_residual
+    if combined >= max(ms_seed, ms_problem):
+        denominator = sum(value**2 / df for value, df in terms)
+        df = combined**2 / denominator if denominator > 0 else math.inf
+    else:  # the floor: the larger mean square alone, with its own degrees of freedom
+        combined, df = max((ms_seed, num_seeds - 1), (ms_problem, num_problems - 1))
+    return math.sqrt(max(combined, 0.0) / (num_seeds * num_problems)), float(df)
 
 
-def minimum_detectable_effect(standard_error: float, confidence: float = 0.95, power: float = 0.8) -> float:
-    """The smallest true effect this design detects (interval excludes 0) with probability ``power``."""
-    return (_normal_quantile(1 - (1 - confidence) / 2) + _normal_quantile(power)) * standard_error
+def crossed_t_interval(differences: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(low, high, ν)``: the grand mean ± t_{(1+confidence)/2, ν} · se (`crossed_standard_error`)."""
+    se, df = crossed_standard_error(differences)
+    mean = float(np.asarray(differences, dtype=float).mean())
+    half = student_t_quantile(1 - (1 - confidence) / 2, df) * se if se > 0 else 0.0
+    return mean - half, mean + half, df
+
+
+def seed_t_interval(differences: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The t interval of the per-seed mean differences (seeds as the only unit, ``n − 1`` degrees of freedom): right
+    where a seed yields one number (a matched-KL point, `trl_rlvr_ext.studies.frontier`); per-problem values take
+    `crossed_t_interval`."""
+    seed_means = np.asarray(differences, dtype=float).mean(axis=1)
+    n = seed_means.size
+    if n < 2:
+        raise ValueError(f"A t interval over seeds needs at least 2 seeds, got {n}.")
+    half = student_t_quantile(1 - (1 - confidence) / 2, n - 1) * float(seed_means.std(ddof=1)) / math.sqrt(n)
+    return float(seed_means.mean()) - half, float(seed_means.mean()) + half
+
+
+def minimum_detectable_effect(
+    standard_error: float, degrees_of_freedom: float = math.inf, confidence: float = 0.95, power: float = 0.8
+) -> float:
+    """The smallest true effect this design detects (interval excludes 0) with probability ``power``:
+    ``(t_{1−α/2, ν} + t_{power, ν}) · se`` (ν = ∞: the normal quantiles)."""
+    return (
+        student_t_quantile(1 - (1 - confidence) / 2, degrees_of_freedom)
+        + student_t_quantile(power, degrees_of_freedom)
+    ) * standard_error
 
 
 def decide(low: float, high: float, threshold: float) -> str:
@@ -186,83 +270,131 @@ def judge(
 ) -> Judgement:
     """The claim judged on per-seed, per-problem values of its metric (e.g. each problem's unbiased pass@k)."""
     differences = claim.direction * paired_differences(arm, baseline)
-    means = hierarchical_bootstrap(differences, num_resamples=num_resamples, seed=seed)
+    num_seeds, num_problems = differences.shape
+    if not np.any(differences):  # identical arms: no variation measured, nothing to judge
+        zero = 0.0
+        return Judgement(
+            claim, zero, zero, zero, float("nan"), num_seeds, num_problems, NO_TEST, zero, zero, zero, zero
+        )
+    means = crossed_bootstrap(differences, num_resamples=num_resamples, seed=seed)
     alpha = 1 - confidence
     boot_low, boot_high = (float(v) for v in np.quantile(means, [alpha / 2, 1 - alpha / 2]))
-    if confidence != 0.95:
-        raise ValueError(f"The seed t interval is tabulated at 95 % only; got confidence={confidence}.")
-    t_low, t_high = seed_t_interval(differences)
+    t_low, t_high, df = crossed_t_interval(differences, confidence)
     low, high = min(boot_low, t_low), max(boot_high, t_high)
-    mde = max(minimum_detectable_effect(float(means.std(ddof=1)), confidence), seed_t_detectable_effect(differences))
+    se = max(crossed_standard_error(differences)[0], float(means.std(ddof=1)))
+    mde = minimum_detectable_effect(se, df, confidence)
     return Judgement(
         claim=claim,
         effect=float(differences.mean()),
         low=low,
         high=high,
         minimum_detectable_effect=mde if math.isfinite(mde) else float("nan"),
-        num_seeds=differences.shape[0],
-        num_problems=differences.shape[1],
+        num_seeds=num_seeds,
+        num_problems=num_problems,
         verdict=decide(low, high, claim.threshold),
         bootstrap_low=boot_low,
         bootstrap_high=boot_high,
-        seed_t_low=t_low,
-        seed_t_high=t_high,
+        t_low=t_low,
+        t_high=t_high,
+        degrees_of_freedom=df,
     )
 
 
-# Student's t quantile t_{0.975, df}, df = 1..30 (no scipy here); above 30 the normal quantile is within 4 % of it.
-_T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
-)
+def holm_decisions(
+    means: Sequence[float],
+    standard_errors: Sequence[float],
+    degrees_of_freedom: Sequence[float],
+    threshold: float,
+    alpha: float = 0.025,
+) -> list[str]:
+    """The verdicts of a grid of comparisons (effects signed in the claimed direction) under Holm's step-down, which
+    keeps the family-wise error of each kind of verdict at ``alpha`` (one-sided; 0.025 matches a 95 % interval's end).
+
+    "reproduced" at a point rejects H₀: effect ≤ 0 (p = 1 − T_ν(mean / se)); "not reproduced" rejects H₀': effect ≥
+    ``threshold`` (p = T_ν((mean − threshold) / se)). Each family is stepped down on its own: the i-th smallest p of m
+    is compared with alpha / (m − i + 1) until the first that fails. A point with se = 0 (no spread) decides by its
+    mean alone. With one point this is exactly `decide` on the t interval."""
+    m = len(means)
+    if not (len(standard_errors) == len(degrees_of_freedom) == m):
+        raise ValueError("means, standard_errors and degrees_of_freedom must have one entry per grid point.")
+
+    def p_value(i: int, shift: float, upper: bool) -> float:
+        mean, se, df = means[i] - shift, standard_errors[i], degrees_of_freedom[i]
+        if se == 0:
+            return 0.0 if (mean > 0 if upper else mean < 0) else 1.0
+        cdf = student_t_cdf(mean / se, df)
+        return 1 - cdf if upper else cdf
+
+    def step_down(p_values: list[float]) -> set[int]:
+        rejected = set()
+        for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+            if p_values[index] > alpha / (m - rank):
+                break
+            rejected.add(index)
+        return rejected
+
+    above_zero = step_down([p_value(i, 0.0, upper=True) for i in range(m)])
+    below_threshold = step_down([p_value(i, threshold, upper=False) for i in range(m)])
+    return [
+        "reproduced" if i in above_zero else "not reproduced" if i in below_threshold else "inconclusive"
+        for i in range(m)
+    ]
 
 
-def _seed_means_t(differences: np.ndarray) -> tuple[np.ndarray, float]:
-    seed_means = np.asarray(differences, dtype=float).mean(axis=1)
-    n = seed_means.size
-    if n < 2:
-        raise ValueError(f"A t interval over seeds needs at least 2 seeds, got {n}.")
-    return seed_means, (_T975[n - 2] if n - 1 <= len(_T975) else _normal_quantile(0.975))
+# ---------------------------------------------------------------- Student's t, without scipy
+def _incomplete_beta_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularised incomplete beta function (modified Lentz), convergent for
+    x < (a + 1) / (a + b + 2)."""
+    tiny, eps = 1e-300, 1e-15
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 500):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1.0) < eps:
+            break
+    return result
 
 
-def seed_t_interval(differences: np.ndarray) -> tuple[float, float]:
-    """The 95 % t interval of the per-seed mean differences (seeds as the only unit, ``n − 1`` degrees of freedom):
-    one half of the rule's hull. With few seeds the percentile bootstrap is too narrow at the seed level (3 seeds have
-    10 distinct resamples, and it has no small-sample factor); this interval is not."""
-    seed_means, t = _seed_means_t(differences)
-    half = t * float(seed_means.std(ddof=1)) / math.sqrt(seed_means.size)
-    return float(seed_means.mean()) - half, float(seed_means.mean()) + half
+def _regularised_incomplete_beta(a: float, b: float, x: float) -> float:
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1) / (a + b + 2):
+        return math.exp(log_front) * _incomplete_beta_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _incomplete_beta_fraction(b, a, 1 - x) / b
 
 
-def seed_t_detectable_effect(differences: np.ndarray, power: float = 0.8) -> float:
-    """The seed-level design's minimum detectable effect: ``(t_{0.975, n−1} + z_power) · sd(seed means) / √n``."""
-    seed_means, t = _seed_means_t(differences)
-    return (t + _normal_quantile(power)) * float(seed_means.std(ddof=1)) / math.sqrt(seed_means.size)
+def student_t_cdf(x: float, df: float) -> float:
+    """P(T ≤ x) for Student's t with ``df`` degrees of freedom (``df = inf``: the standard normal)."""
+    if not df > 0:
+        raise ValueError(f"degrees of freedom must be > 0, got {df}.")
+    if math.isinf(df):
+        return 0.5 * math.erfc(-x / math.sqrt(2))
+    tail = 0.5 * _regularised_incomplete_beta(df / 2, 0.5, df / (df + x * x))
+    return 1 - tail if x > 0 else tail
+
+
+def student_t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom, by bisection on `student_t_cdf` (to 1e-12)."""
+    if not 0 < p < 1:
+        raise ValueError(f"a quantile needs 0 < p < 1, got {p}.")
+    if p < 0.5:
+        return -student_t_quantile(1 - p, df)
+    low, high = 0.0, 1.0
+    while student_t_cdf(high, df) < p:
+        low, high = high, 2 * high
+    while high - low > 1e-12 * max(1.0, high):
+        middle = (low + high) / 2
+        low, high = (middle, high) if student_t_cdf(middle, df) < p else (low, middle)
+    return (low + high) / 2

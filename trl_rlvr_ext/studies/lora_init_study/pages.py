@@ -36,12 +36,13 @@ def stability_block(page: "Page", setting: PageSetting, task: str, records: list
     return {"stability": "\n".join(lines)}
 
 
-# The verdicts this page gave before the rule (by claim, or by the claim its parts belong to): the index shows
-# what changed.
+# The verdicts this page's claims had under the previous rule (v2: nested bootstrap and seed-t interval; by claim, or
+# by the claim its parts belong to): the index shows what the crossed rule (v3) changed.
 PREVIOUS_VERDICTS = {
-    "1. RLPO / RLMO beat default LoRA (+2.6 / +1.4)": "not reproduced",
-    "2. PiSSA / MiLoRA end below LoRA": "mixed",
+    "1. RLPO / RLMO beat default LoRA (+2.6 / +1.4)": "not reproduced; exploratory (selected on the test set): mixed (1 inconclusive, 1 not reproduced)",
+    "2. PiSSA / MiLoRA end below LoRA": "inconclusive; exploratory (selected on the test set): inconclusive",
 }
+
 PAGE = Page(
     "lora_init",
     "docs/evidence/lora_init.md",

@@ -110,15 +110,16 @@ def clipped_ratio_block(page: "Page", setting: PageSetting, task: str, records: 
     return {"clipped_ratios": "\n".join(lines)}
 
 
-# The verdicts this page gave before the rule (by claim, or by the claim its parts belong to): the index shows
-# what changed.
+# The verdicts this page's claims had under the previous rule (v2: nested bootstrap and seed-t interval; by claim, or
+# by the claim its parts belong to): the index shows what the crossed rule (v3) changed.
 PREVIOUS_VERDICTS = {
-    "NSR raises pass@1 over DAPO's clipping": "not reproduced",
-    "The stochastic rescue beats its deterministic expectation": "not reproduced",
-    "ACPO raises pass@1 over DAPO's clipping": "(new: not studied before)",
-    "NSR on ACPO's bounds raises pass@1 over ACPO": "(new: not studied before)",
-    "DelTA raises pass@1 over DAPO": "(new: not studied before)",
+    "NSR raises pass@1 over DAPO's clipping": "mixed (3 inconclusive, 6 not reproduced); exploratory (chosen after looking): inconclusive",
+    "The stochastic rescue beats its deterministic expectation": "not reproduced; exploratory (chosen after looking): mixed (2 inconclusive, 1 not reproduced)",
+    "ACPO raises pass@1 over DAPO's clipping": "mixed (4 not reproduced, 1 inconclusive)",
+    "NSR on ACPO's bounds raises pass@1 over ACPO": "mixed (4 not reproduced, 1 inconclusive)",
+    "DelTA raises pass@1 over DAPO": "mixed (4 not reproduced, 1 inconclusive)",
 }
+
 # The method a claim is about, where it is not the page's own (the page also holds the ACPO / DelTA extension).
 METHOD_OF_ARM = {"acpo": "ACPO", "acpo_nsr": "ACPO + NSR", "delta": "DelTA"}
 PAGE = Page(

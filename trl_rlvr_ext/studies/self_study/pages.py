@@ -29,7 +29,7 @@ from . import make_study
 def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
     """The boundary per problem: against the same-seed base, the problems an arm lost (the base solved them at least
     once in its n samples, the arm never) and gained (the reverse), per seed; the net change, gained − lost, is
-    n × the pass@n difference, with the rule's interval (the hull of the bootstrap and seed-t intervals, over the
+    n × the pass@n difference, with the rule's interval (the hull of the crossed bootstrap and t intervals, over the
     per-problem indicators)."""
     base = {r["seed"]: r for r in records if r["arm"] == "base"}
     lines = [
@@ -173,15 +173,20 @@ def self_page_blocks(page: "Page", settings_records: dict[str, list[dict]], root
     }
 
 
-# The verdicts this page gave before the rule (by claim, or by the claim its parts belong to): the index shows
-# what changed.
+# The verdicts this page's claims had under the previous rule (v2: nested bootstrap and seed-t interval; by claim, or
+# by the claim its parts belong to): the index shows what the crossed rule (v3) changed.
 PREVIOUS_VERDICTS = {
-    "1a. GRPO lowers pass@256 below the base": "reproduced at lr 2e-4 × 200 steps; not at lr 5e-5 × 100 steps",
-    "1b. GRPO raises pass@1 over the base": "(stated as reproduced, within claim 1a)",
-    "3. SELF keeps pass@256 above GRPO's": "reproduced where the paradox appears",
-    "pass_rate raises pass@1 over GRPO at the same steps": "not reproduced",
-    "0. The base is above the trivial policy at pass@256 (a boundary claim needs it)": "(not checked)",
+    "0. The base is above the trivial policy at pass@256 (a boundary claim needs it)": (
+        "mixed (6 not reproduced, 1 reproduced); exploratory (base chosen on the test set): not reproduced"
+    ),
+    "1a. GRPO lowers pass@256 below the base": "not reproduced",
+    "1b. GRPO raises pass@1 over the base": "mixed (4 reproduced, 1 inconclusive); exploratory (base chosen on the test set, chosen after looking): mixed (1 reproduced, 1 inconclusive)",
+    "3. SELF keeps pass@256 above GRPO's": "not reproduced",
+    "3b. SELF keeps pass@256 above GRPO's at the same number of updates": "not reproduced",
+    "3c. SELF keeps pass@256 above GRPO's on as many prompts": "no test (claim 0 not reproduced on toy, chain_sum, number_sorting, mixture)",
+    "pass_rate raises pass@1 over GRPO at the same steps": "mixed (1 not reproduced, 4 inconclusive); exploratory (chosen after looking): inconclusive",
 }
+
 _SELF_RECORDS = ("docs/evidence/data/self.jsonl",)
 PAGE = Page(
     "self",

@@ -1,0 +1,128 @@
+"""A claim's verdict over its parts (`group_verdict`; parts with no test do not count), the index's verdict table,
+the list of claims whose verdict the current rule moved from the previous one (each page's ``previous_verdicts``), and
+a method page's evidence summary. No study is named here: a page's own labels and history come with its `Page`.
+"""
+
+from pathlib import Path
+
+from .judging import Part, claim_group, exploratory_label
+from .markdown import interval, row, signed
+from .pages import MethodSummary, Page
+from .verdicts import NO_TEST
+
+
+def _combined(parts: list[Part]) -> str:
+    """The one verdict the judged parts share, or "mixed" with the count of each; a part with no test (identical arms)
+    gives no verdict and does not count, unless no part has one."""
+    judged = [p.judgement.verdict for p in parts if p.judgement]
+    if not judged:
+        return "not judged"
+    tested = [v for v in judged if v != NO_TEST]
+    if tested and len(tested) < len(judged):
+        untested = len(judged) - len(tested)
+        verdict = _combined_verdicts(tested)
+        return f"{verdict} ({untested} part{'s' * (untested > 1)} with no test: identical arms)"
+    return _combined_verdicts(judged)
+
+
+def _combined_verdicts(judged: list[str]) -> str:
+    counts = {v: judged.count(v) for v in dict.fromkeys(judged)}
+    return judged[0] if len(counts) == 1 else "mixed (" + ", ".join(f"{n} {v}" for v, n in counts.items()) + ")"
+
+
+def group_verdict(parts: list[Part]) -> str:
+    """A claim's verdict from its parts: the one verdict they share, or "mixed" with the count of each. Parts set after
+    looking (exploratory) do not count towards it; they get their own, labelled, after it. A claim with only
+    exploratory parts gets their verdict, labelled exploratory."""
+    counted = [p for p in parts if not p.excluded]
+    registered = [p for p in counted if not p.exploratory]
+    exploratory = [p for p in counted if p.exploratory]
+    labels = ", ".join(dict.fromkeys(exploratory_label(p.exploratory) for p in exploratory))
+    if not counted:
+        reasons: dict[str, list[str]] = {}
+        for p in parts:
+            reasons.setdefault(p.excluded, []).append(p.task)
+        return "**no test** (" + "; ".join(f"{r} {', '.join(dict.fromkeys(t))}" for r, t in reasons.items()) + ")"
+    if not registered:
+        return f"**{_combined(exploratory)}**, exploratory ({labels})"
+    verdict = f"**{_combined(registered)}**"
+    if exploratory and any(p.judgement for p in exploratory):
+        verdict += f"; exploratory ({labels}): {_combined(exploratory)}"
+    return verdict
+
+
+def _part_summary(p: Part, with_arms: bool) -> str:
+    where = f"{p.task}, {p.setting.name}" + (f", {p.claim.arm} − {p.baseline} {p.claim.metric}" if with_arms else "")
+    where += " (exploratory)" if p.exploratory else ""
+    if p.judgement is None:
+        return f"{where}: not judged ({p.not_judged})"
+    j = p.judgement
+    if j.verdict == NO_TEST:
+        summary = f"{where}: identical arms, no test"
+    else:
+        summary = f"{where}: {signed(j.effect)} {interval(j)}, MDE {j.minimum_detectable_effect:.3f}, {j.verdict}"
+    return summary + (f" (not counted: {p.excluded} {p.task})" if p.excluded else "")
+
+
+def index_table(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -> str:
+    """The index's verdict table: one row per claim (group) of every study, in the order of ``pages``."""
+    header = [
+        "method",
+        "claim",
+        "verdict (the rule)",
+        "parts: effect [95 % interval], MDE, verdict",
+        "before (v2 rule)",
+        "page",
+    ]
+    lines = [row(header), "|" + "---|" * len(header)]
+    for study_name, parts in parts_by_study.items():
+        page = pages[study_name]
+        groups: dict[str, list[Part]] = {}
+        for p in parts:
+            groups.setdefault(claim_group(p.claim), []).append(p)
+        for group, members in groups.items():
+            with_arms = len({(p.claim.arm, p.baseline, p.claim.metric) for p in members}) > 1
+            summary = "; ".join(_part_summary(p, with_arms) for p in members)
+            cells = [
+                page.method_of_arm.get(members[0].claim.arm, page.label),
+                group,
+                group_verdict(members),
+                summary,
+                page.previous_verdicts.get(group, "-"),
+                f"[{study_name}]({Path(page.path).name})",
+            ]
+            lines.append(row(cells))
+    return "\n".join(lines)
+
+
+def rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -> str:
+    """The claims whose verdict differs from the one the previous rule gave (each page's ``previous_verdicts``), as a
+    list: the claim, its page, the verdict before and now (rendered, so the list cannot drift from the table)."""
+    lines = []
+    for study_name, parts in parts_by_study.items():
+        page = pages[study_name]
+        groups: dict[str, list[Part]] = {}
+        for p in parts:
+            groups.setdefault(claim_group(p.claim), []).append(p)
+        for group, members in groups.items():
+            now, before = group_verdict(members).replace("**", ""), page.previous_verdicts.get(group)
+            if before is not None and now != before:
+                lines.append(f"- {group} ([{study_name}]({Path(page.path).name})): {before} → **{now}**")
+    return "\n".join(lines) if lines else "- none"
+
+
+def method_summary(parts: list[Part], summary: MethodSummary) -> str:
+    groups: dict[str, list[Part]] = {}
+    for p in parts:
+        if summary.select(p.claim):
+            groups.setdefault(claim_group(p.claim), []).append(p)
+    seeds = sorted({p.judgement.num_seeds for members in groups.values() for p in members if p.judgement})
+    lines = [
+        (
+            f"Verdicts of the rule, at {' or '.join(map(str, seeds)) or 'no'} seeds and this scale (the intervals, "
+            "the minimum detectable effects and the caveats are on the evidence page):"
+        ),
+        "",
+    ]
+    lines += [f"- {group}: {group_verdict(members)}" for group, members in groups.items()]
+    return "\n".join(lines)
