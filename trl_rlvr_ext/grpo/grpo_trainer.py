@@ -91,12 +91,15 @@ class RLVRGRPOTrainer(
     with this package's options off).
 
     The method resolution order is this class, `TrainingSignalCheckMixin`, `DynamicSamplingMixin`, `CurationMixin`,
-    `CheckpointStateMixin`, `RSISelectionMixin`, `GRPOTrainer`. Where several classes override one TRL hook, each calls
-    ``super()`` and so wraps the ones after it: `_generate_and_score_completions` runs this class's, then dynamic
-    sampling's (one ``super()`` call per round), then curation's, then TRL's; `_calculate_rewards` runs the signal
-    check's, then dynamic sampling's, then curation's, then TRL's, so the check and curation see every generated group,
-    dropped ones included. `_get_train_sampler`, `_prepare_inputs` and `compute_loss` are curation's only,
-    `_save_checkpoint` / `_load_optimizer_and_scheduler` the checkpoint state's only, `_compute_loss` this class's only.
+    `CheckpointStateMixin`, `RSISelectionMixin`, `PopoMixin`, `PoiseBaselineMixin`, `GRPOTrainer`. Where several
+    classes override one TRL hook, each calls ``super()`` and so wraps the ones after it:
+    `_generate_and_score_completions` runs this class's, then dynamic sampling's (one ``super()`` call per round), then
+    curation's, then POPO's (its weights, from the finished batch), then POISE's (its advantages replace TRL's in the
+    finished batch), then TRL's; `_calculate_rewards` runs the signal check's, then dynamic sampling's, then curation's,
+    then POPO's and POISE's (each keeps the gathered rewards), then TRL's, so the check and curation see every generated
+    group, dropped ones included. `_get_train_sampler`, `_prepare_inputs` and `compute_loss` are curation's only,
+    `_save_checkpoint` / `_load_optimizer_and_scheduler` the checkpoint state's only, `create_optimizer` POPO's only
+    (the predictor's parameter group), `_compute_loss` this class's only (it hands POPO's batches to POPO's loss).
     """
 
     _tag_names: ClassVar[list[str]] = ["trl", "grpo", "trl-rlvr-ext"]
