@@ -12,7 +12,8 @@ the same measurement as the toy's benchmark, on the real weights, tokenizer and 
    quantile), interleaved on one fixed generated batch whose old log-probs carry noise, so the clip binds
    (`bench/grpo_overhead.py`'s ``loss_path_ratios``); DelTA's work, once per generation batch (its hooked no-grad
    forward and weights, `bench/delta_overhead.py`'s ``cost_breakdown``); then stock whole steps for the implied step
-   ratios 1 + (extra seconds per step) / (stock step seconds). Full weights, ``num_iterations=2``.
+   ratios 1 + (extra seconds per step) / (stock step seconds), the loss path's extra seconds taken from its median
+   per-repeat ratio (robust to load drift) times the stock loss-path seconds. Full weights, ``num_iterations=2``.
 2. ``dpo``: ``ISDPOTrainer`` (and with behaviour columns) against ``trl.DPOTrainer``, steps interleaved on one batch
    (`bench/dpo_overhead.py`'s ``build`` and ``step``).
 3. ``lora_init``: RLPO, RLMO and our PiSSA/MiLoRA against PEFT's full-SVD PiSSA on the model's own weight matrices (one
@@ -66,7 +67,9 @@ def grpo_part(model_path: str, tmp: str, args) -> None:
     )
     print(f"{'arm':<14}{'loss-path ratio':>17}{'implied step ratio':>20}")
     for arm in GRPO_ARMS[1:]:
-        implied = 1.0 + loss["extra_seconds"][arm] / stock_step
+        # the extra time of the loss path from its per-repeat ratio (the interleaved, load-robust figure), over the
+        # stock step: 1 + (ratio - 1) * stock loss-path seconds / stock step seconds
+        implied = 1.0 + (loss["ratios"][arm] - 1.0) * loss["stock_seconds"] / stock_step
         print(f"{arm:<14}{loss['ratios'][arm]:>17.3f}{implied:>20.3f}")
     # DelTA's seconds are per generation batch, which serves steps_per_generation_batch optimiser steps
     delta_implied = 1.0 + delta["total"] / (delta["steps_per_generation_batch"] * stock_step)
