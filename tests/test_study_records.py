@@ -38,3 +38,26 @@ def test_export_refuses_quick_runs_and_an_empty_folder(tmp_path):
     with pytest.raises(ValueError, match=r"1 quick \(smoke\) runs .* toy/none/seed0: not records"):
         export_records(tmp_path / "runs", tmp_path / "r.jsonl")
     assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_export_refuses_the_same_run_twice(tmp_path):
+    # two output folders each holding a copy of one run: it would count twice on the pages
+    _run(tmp_path / "a", "toy", "none", 0)
+    _run(tmp_path / "b", "toy", "none", 0)
+    _run(tmp_path / "b", "toy", "nsr", 0)
+    with pytest.raises(ValueError, match=r"1 runs appear twice, identical, .* toy/none/seed0"):
+        export_records([tmp_path / "a", tmp_path / "b"], tmp_path / "r.jsonl")
+    assert not (tmp_path / "r.jsonl").exists()
+    assert export_records(tmp_path / "b", tmp_path / "r.jsonl") == 2  # each run once: written
+
+
+def test_committed_records_hold_no_run_twice():
+    """No committed records file holds a byte-identical line twice (the audit found three in self.jsonl)."""
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "data"
+    files = sorted([*data.rglob("*.jsonl"), *data.rglob("*.jsonl.gz")])
+    assert files
+    for path in files:
+        lines = [line for line in read_records_text(path).splitlines() if line.strip()]
+        assert len(lines) == len(set(lines)), f"{path.name} holds a record twice"

@@ -46,7 +46,18 @@ def export_records(
     results.sort(key=lambda r: (r["task"], rank.get(r["arm"], len(rank)), r["arm"], r["seed"], r.get("setting") or ""))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(r, separators=(",", ":"), default=float) + "\n" for r in results)
+    lines = [json.dumps(r, separators=(",", ":"), default=float) for r in results]
+    # The same run twice (two output folders holding one copy each) would count twice on the pages: refused here, at
+    # write time, naming the run
+    repeated = sorted(
+        {f"{r['task']}/{r['arm']}/seed{r['seed']}" for r, n in zip(results, lines) if lines.count(n) > 1}
+    )
+    if repeated:
+        raise ValueError(
+            f"{len(repeated)} runs appear twice, identical, among {[str(d) for d in out_dirs]}, e.g. {repeated[0]}: "
+            "keep one copy of each (a run's folder in one output directory only)."
+        )
+    text = "".join(line + "\n" for line in lines)
     # mtime=0: the same runs give the same bytes (a committed file changes only when its records do)
     atomic_write(path, gzip.compress(text.encode(), mtime=0) if path.suffix == ".gz" else text)
     return len(results)
