@@ -4,8 +4,9 @@ the committed copies under ``tests/golden/studies/<study>/``, so that moving the
 Normalised, and only these, because they legitimately differ from one run to the next: the clock (``wall_seconds``,
 ``train_seconds``, ``build_seconds``, the trainer's ``train_runtime`` / ``*_per_second`` / ``step_time``, and the
 ``train s`` / ``wall s`` columns of the tables) and the output folder, which is the test's temporary directory (it
-appears in the commands and in the trainer's ``output_dir``). Every other byte is compared, numbers included: a run
-is deterministic on one machine (same seeds, one process).
+appears in the commands and in the trainer's ``output_dir``), and a run's ``provenance`` (its time, commit, library
+versions, thread count and the base's weight digest, which name the machine and the moment, not the run's outcome).
+Every other byte is compared, numbers included: a run is deterministic on one machine (same seeds, one process).
 
 After an intended change of the outputs, rewrite the copies with ``TRL_RLVR_EXT_UPDATE_GOLDEN=1`` and review the diff.
 """
@@ -34,7 +35,11 @@ RUNS = {
 def _normalise_json(value, out: str):
     if isinstance(value, dict):
         return {
-            key: "<clock>" if key in CLOCK_KEYS or key.endswith("_per_second") else _normalise_json(item, out)
+            key: "<clock>"
+            if key in CLOCK_KEYS or key.endswith("_per_second")
+            else "<provenance>"
+            if key == "provenance"
+            else _normalise_json(item, out)
             for key, item in value.items()
         }
     if isinstance(value, list):

@@ -124,8 +124,8 @@ def run_pretrained_demo(args: argparse.Namespace) -> dict:
 
     from ..data import load_named_dataset, resolve_model_name_or_path
     from ..grpo.grpo_trainer import RLVRGRPOTrainer
+    from ..provenance import provenance
     from ..rewards import get_reward_func
-    from .screen_tasks import _provenance
 
     torch.set_num_threads(args.num_threads)
     start = time.perf_counter()
@@ -221,7 +221,7 @@ def run_pretrained_demo(args: argparse.Namespace) -> dict:
         "train_seconds": round(train_seconds, 1),
         "total_seconds": round(time.perf_counter() - start, 1),
         "command": args.command,
-        "provenance": _provenance(model_path, args.num_threads),
+        "provenance": provenance(model_path, args.num_threads),
     }
     (output_dir / "record.json").write_text(json.dumps(record, indent=2, sort_keys=True))
     if args.records:

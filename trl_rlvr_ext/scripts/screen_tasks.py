@@ -22,11 +22,9 @@ base model, not a method: no method comparison is selected on it.
 """
 
 import argparse
-import datetime
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -122,46 +120,6 @@ def read_screening_records(path: str | Path) -> list[dict]:
     if not path.is_file():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-            cwd=Path(__file__).resolve().parent,  # the package's checkout, wherever the command runs
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def _provenance(model_path: str, num_threads: int) -> dict:
-    import peft
-    import torch
-    import transformers
-    import trl
-
-    from .. import __version__
-
-    provenance_file = Path(model_path) / "pretrained.json"
-    weights = json.loads(provenance_file.read_text()).get("gguf_sha256") if provenance_file.is_file() else None
-    return {
-        "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": _git_commit(),
-        "versions": {
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "trl": trl.__version__,
-            "peft": peft.__version__,
-            "trl_rlvr_ext": __version__,
-        },
-        "num_threads": num_threads,
-        "weights_sha256": weights,
-    }
 
 
 def screen_candidate(dataset_name: str, model, tokenizer, model_name: str, settings: dict) -> dict:
@@ -309,6 +267,7 @@ def cli_main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..data import resolve_model_name_or_path
+    from ..provenance import provenance
 
     torch.set_num_threads(args.num_threads)
     settings = {**_settings(args), "batch_size": args.batch_size}
@@ -325,7 +284,7 @@ def cli_main(argv: list[str] | None = None) -> int:
             continue
         record = screen_candidate(name, model, tokenizer, args.model, settings)
         record["command"] = command
-        record["provenance"] = _provenance(model_path, args.num_threads)
+        record["provenance"] = provenance(model_path, args.num_threads)
         Path(args.records).parent.mkdir(parents=True, exist_ok=True)
         with open(args.records, "a") as handle:  # one line per candidate: an interrupted screening resumes
             handle.write(json.dumps(record, sort_keys=True) + "\n")

@@ -186,7 +186,10 @@ def evaluate_and_record(
     """The end of every run: the final model's unbiased Pass@k on the held-out problems (temperature 1, sampling seed
     ``1000 + seed``), then ``result.json`` (the keys the table reads, ``extra``, the wall time since ``start`` and a
     command that reruns just this run), written last and atomically."""
+    import torch
+
     from ..evaluation import evaluate_pass_at_k
+    from ..provenance import provenance
     from ..sampling import SamplingSettings
 
     study, task, arm, seed, out_dir, sizes, quick, command, setting = (
@@ -227,6 +230,8 @@ def evaluate_and_record(
         "train_seconds": round(train_seconds, 1),
         "wall_seconds": round(time.perf_counter() - start, 1),
         "command": command,
+        # where the run came from, so that a design declared in a commit can be checked against its runs
+        "provenance": provenance(base_path, torch.get_num_threads(), seed=seed),
         "rerun_command": f"{command.split(' --')[0]} --out_dir {out_dir} --tasks {task.selector or task.name} "
         f"--arms {arm.name} --seeds {seed}"
         + (f" --setting {setting}" if setting is not None else "")
