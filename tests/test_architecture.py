@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "trl_rlvr_ext"
 
 # Lowest floor first. A unit may import units of lower floors only (units on one floor may not import each other).
 FLOORS = [
-    ("_compat",),  # adapters to the installed versions of our dependencies
+    ("_compat", "_io"),  # adapters to the installed versions of our dependencies; the one atomic file write
     ("tasks",),  # task sources written by others (reasoning-gym generators)
     ("losses", "rewards"),  # pure maths and verifiers
     ("lora_init", "_trl"),  # initialisers; guarded copies of TRL methods (they call into losses)
