@@ -1,5 +1,6 @@
-"""Trivial-policy baselines (`trl_rlvr_ext.studies.baselines`): each guess by hand, graded by the task's own reward,
-the records' schema, and the committed ``docs/evidence/data/trivial.jsonl`` against the studies' evaluation sets."""
+"""Trivial-policy baselines (`trl_rlvr_ext.studies.baselines`, the policies in `trl_rlvr_ext.studies.trivial_policies`):
+each guess by hand, graded by the task's own reward, the records' schema, and the committed
+``docs/evidence/data/trivial.jsonl`` against the studies' evaluation sets."""
 
 import itertools
 import json
@@ -11,7 +12,7 @@ import pytest
 from trl_rlvr_ext.data import load_named_dataset
 from trl_rlvr_ext.evaluation.pass_at_k import pass_at_k_curve
 from trl_rlvr_ext.rewards import get_reward_func
-from trl_rlvr_ext.studies import baselines
+from trl_rlvr_ext.studies import baselines, trivial_policies
 
 
 pytest.importorskip("reasoning_gym", reason="needs the [gym] extra (installed by the dev extra)")
@@ -33,14 +34,14 @@ def test_number_sorting_every_accepted_format_and_the_shuffles():
     numbers = baselines.prompt_numbers(row)
     in_order = sorted(numbers, key=float)
     # the verifier accepts each format the shuffled copies write (and rejects the wrong order in each)
-    for write in baselines._SORTING_FORMATS.values():
+    for write in trivial_policies._SORTING_FORMATS.values():
         assert _reward(row, [write(in_order), write(in_order[::-1])]) == [1.0, 0.0], write(in_order)
     for policy in baselines.POLICIES["number_sorting"][:4]:
         rng = random.Random(0)
         guesses = [policy.guess(row, rng) for _ in range(600)]
         # every guess is one of the 6 orders of the prompt's numbers; about one in six is right
         orders = {
-            baselines._SORTING_FORMATS[policy.name.removeprefix("shuffled_copy")](list(p))
+            trivial_policies._SORTING_FORMATS[policy.name.removeprefix("shuffled_copy")](list(p))
             for p in itertools.permutations(numbers)
         }
         assert set(guesses) == orders
@@ -54,21 +55,21 @@ def test_chain_sum_guesses_by_hand():
     first, second, third = baselines.prompt_terms(row)
     assert row["prompt"].startswith(str(first)) and int(row["answer"]) == first + second + third
     rng = random.Random(0)
-    guesses = {baselines._random_signs(row, rng) for _ in range(200)}
+    guesses = {trivial_policies._random_signs(row, rng) for _ in range(200)}
     assert guesses == {str(first + a * abs(second) + b * abs(third)) for a in (1, -1) for b in (1, -1)}
-    low, high = baselines._chain_sum_support(row)
+    low, high = trivial_policies._chain_sum_support(row)
     assert (low, high) == (0 - 2 * 9, 3 * 9)
-    assert {int(baselines._uniform_chain_sum(row, rng)) for _ in range(3000)} == set(range(low, high + 1))
-    assert {baselines._copy_term(row, rng) for _ in range(100)} == {str(first), str(second), str(third)}
+    assert {int(trivial_policies._uniform_chain_sum(row, rng)) for _ in range(3000)} == set(range(low, high + 1))
+    assert {trivial_policies._copy_term(row, rng) for _ in range(100)} == {str(first), str(second), str(third)}
 
 
 def test_toy_guesses_by_hand():
     row = {"prompt": "740+580=", "answer": "2310"}  # 47 + 85 = 132, little-endian, 3 digits wide
     rng = random.Random(0)
-    guesses = {baselines._random_carries(row, rng) for _ in range(400)}
+    guesses = {trivial_policies._random_carries(row, rng) for _ in range(400)}
     assert len(guesses) == 8 and "2310" in guesses  # 2**3 carry patterns, one of them right
-    assert baselines._no_carries(row, rng) == "2200"  # 7+5 -> 2, 4+8 -> 2, 0+0 -> 0, no carry out
-    assert all(len(baselines._uniform_toy(row, rng)) == 4 for _ in range(50))
+    assert trivial_policies._no_carries(row, rng) == "2200"  # 7+5 -> 2, 4+8 -> 2, 0+0 -> 0, no carry out
+    assert all(len(trivial_policies._uniform_toy(row, rng)) == 4 for _ in range(50))
 
 
 def test_records_schema_determinism_and_the_mixture_per_task():
@@ -202,9 +203,9 @@ def test_products_guesses_by_hand_and_graded_under_the_lenient_format():
     rng = random.Random(0)
     # random_product: a uniform pair of one-digit factors; each of the 100 pairs is drawn
     pairs = [(x, y) for x in range(10) for y in range(10)]
-    assert {baselines._random_product(row, rng) for _ in range(3000)} == {str(x * y) for x, y in pairs}
-    assert {baselines._copy_factor(row, rng) for _ in range(100)} == {str(a), str(b)}
-    assert {int(baselines._uniform_product(row, rng)) for _ in range(3000)} == set(range(82))
+    assert {trivial_policies._random_product(row, rng) for _ in range(3000)} == {str(x * y) for x, y in pairs}
+    assert {trivial_policies._copy_factor(row, rng) for _ in range(100)} == {str(a), str(b)}
+    assert {int(trivial_policies._uniform_product(row, rng)) for _ in range(3000)} == set(range(82))
     # the completion of a lenient format is the bare number, which the reward grades; tags stay tags
     assert baselines.completion_of("12", PRODUCTS, row["prompt"], "last_number") == [
         {"role": "assistant", "content": "12"}

@@ -114,10 +114,7 @@ def test_evaluate_pass_at_k_end_to_end(tiny_model_path):
         tiny_model_path,
         problems(6),
         even_length_reward,
-        num_samples=8,
-        temperature=1.0,
-        top_p=1.0,
-        max_new_tokens=6,
+        sampling=SamplingSettings(num_samples=8, temperature=1.0, top_p=1.0, max_new_tokens=6, seed=0),
         batch_size=16,
         progress=False,
     )
@@ -133,16 +130,15 @@ def test_evaluate_pass_at_k_end_to_end(tiny_model_path):
         tiny_model_path,
         problems(6),
         [even_length_reward],
-        num_samples=8,
-        temperature=1.0,
-        top_p=1.0,
-        max_new_tokens=6,
+        sampling=SamplingSettings(num_samples=8, temperature=1.0, top_p=1.0, max_new_tokens=6, seed=0),
         batch_size=16,
         progress=False,
     )
     assert again.num_correct.tolist() == result.num_correct.tolist()
     with pytest.raises(ValueError, match="k > num_samples"):
-        evaluate_pass_at_k(tiny_model_path, problems(2), even_length_reward, num_samples=4, ks=[8])
+        evaluate_pass_at_k(
+            tiny_model_path, problems(2), even_length_reward, sampling=SamplingSettings(num_samples=4), ks=[8]
+        )
 
 
 def test_vllm_asked_for_but_missing_is_a_clear_error(tiny):
@@ -424,7 +420,8 @@ def test_count_outcomes_groups_answers_per_problem(tiny):
 def test_evaluate_pass_at_k_reports_pass_hat_k_maj_at_k_and_intervals(tiny_model_path, tmp_path):
     from trl_rlvr_ext.evaluation import load_results, maj_at_k, pass_hat_k, plot_pass_at_k, save_results
 
-    kwargs = {"num_samples": 4, "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 6, "progress": False}
+    sampling = SamplingSettings(num_samples=4, temperature=1.0, top_p=1.0, max_new_tokens=6, seed=0)
+    kwargs = {"sampling": sampling, "progress": False}
     result = evaluate_pass_at_k(
         tiny_model_path,
         problems(8),

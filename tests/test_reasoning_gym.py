@@ -174,10 +174,12 @@ def test_reward_is_strict_about_format_and_never_crashes():
 
 def test_pass_at_k_evaluation_reads_the_columns(tiny_model_path):
     from trl_rlvr_ext.evaluation import evaluate_pass_at_k
+    from trl_rlvr_ext.sampling import SamplingSettings
 
     problems = load_split("reasoning_gym:chain_sum?size=5&test_size=3&strip_template=true", "test")
+    sampling = SamplingSettings(num_samples=2, temperature=0.6, top_p=0.95, max_new_tokens=4, seed=0)
     result = evaluate_pass_at_k(
-        tiny_model_path, problems, get_reward_func("reasoning_gym"), num_samples=2, max_new_tokens=4, progress=False
+        tiny_model_path, problems, get_reward_func("reasoning_gym"), sampling=sampling, progress=False
     )
     assert len(result.num_correct) == 3 and set(result.pass_at_k) == {1, 2}
 

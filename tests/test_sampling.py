@@ -1,6 +1,7 @@
 """The sampling layer: `SamplingSettings` validation, the backend protocol, the one settings object accepted by the
 public entry points, and the toy evaluation drawing exactly what its former own generate loop drew."""
 
+import warnings
 from types import SimpleNamespace
 
 import pytest
@@ -9,13 +10,16 @@ from datasets import Dataset
 
 from trl_rlvr_ext.curation.offline import score_dataset
 from trl_rlvr_ext.evaluation import PassAtKCallback, evaluate_pass_at_k
+from trl_rlvr_ext.evaluation.evaluator import DEFAULT_EVALUATION_SAMPLING
 from trl_rlvr_ext.sampling import (
+    NOT_GIVEN,
     GenerationBackend,
     SamplingSettings,
     ScoringBackend,
     TrainerVLLMBackend,
     TransformersBackend,
     render_prompt_ids,
+    sampling_from_deprecated_keywords,
 )
 from trl_rlvr_ext.toy import evaluate_accuracy, make_model, make_task_datasets, make_tokenizer
 
@@ -90,12 +94,33 @@ def problems(n=4):
 def test_evaluate_pass_at_k_takes_the_settings_as_one_value(tiny):
     model, tokenizer = tiny
     common = {"tokenizer": tokenizer, "progress": False, "confidence_level": None, "answer_extractor": None}
-    loose = evaluate_pass_at_k(model, problems(), parity_reward, num_samples=4, max_new_tokens=5, seed=3, **common)
     sampling = SamplingSettings(num_samples=4, temperature=0.6, top_p=0.95, max_new_tokens=5, seed=3)
-    packed = evaluate_pass_at_k(model, problems(), parity_reward, sampling=sampling, **common)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the documented form warns about nothing
+        packed = evaluate_pass_at_k(model, problems(), parity_reward, sampling=sampling, **common)
+    # the former loose keywords: still accepted, the same draws, one FutureWarning that names the replacement
+    with pytest.warns(FutureWarning) as caught:
+        loose = evaluate_pass_at_k(model, problems(), parity_reward, num_samples=4, max_new_tokens=5, seed=3, **common)
+    [warning] = [w for w in caught if issubclass(w.category, FutureWarning)]
+    message = str(warning.message)
+    assert (
+        "num_samples, max_new_tokens, seed are deprecated" in message and "sampling=SamplingSettings(...)" in message
+    )
+    # spelled out: the settings the loose call used, ready to paste
+    assert "sampling=SamplingSettings(num_samples=4, temperature=0.6, top_p=0.95, max_new_tokens=5, seed=3)" in message
+    assert warning.filename == __file__  # points at the caller's line, the one to change
     assert packed.num_correct.tolist() == loose.num_correct.tolist() and packed.config == loose.config
+    # neither form: the documented defaults (the former keywords' defaults), without a warning
+    unset = dict.fromkeys(("num_samples", "temperature", "top_p", "max_new_tokens", "seed"), NOT_GIVEN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sampling_from_deprecated_keywords(None, evaluate_pass_at_k, DEFAULT_EVALUATION_SAMPLING, unset) == (
+            SamplingSettings(num_samples=16, temperature=0.6, top_p=0.95, max_new_tokens=1024, seed=0)
+        )
     with pytest.raises(ValueError, match="sampling=SamplingSettings.*also temperature, seed"):
         evaluate_pass_at_k(model, problems(), parity_reward, temperature=1.0, seed=1, sampling=sampling, **common)
+    with pytest.raises(ValueError, match="also seed"):  # seed=None (unseeded) is a value given, not "not given"
+        evaluate_pass_at_k(model, problems(), parity_reward, seed=None, sampling=sampling, **common)
     with pytest.raises(TypeError, match="SamplingSettings"):
         evaluate_pass_at_k(model, problems(), parity_reward, sampling={"num_samples": 4}, **common)
 

@@ -25,6 +25,7 @@ from dataclasses import replace
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._io import atomic_write
 from ..sampling import (
     SamplingSettings,
     ScoringBackend,
@@ -103,12 +104,8 @@ def _score_shard(backend, tokenizer, rows, reward_funcs, sampling: SamplingSetti
 
 
 def _write_atomically(path: str, lines: list[dict]) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.writelines(json.dumps(line) + "\n" for line in lines)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)  # atomic: a shard file is either absent or complete
+    # atomic: a shard file is either absent or complete; synced to disk, since a lost shard costs its scoring again
+    atomic_write(path, "".join(json.dumps(line) + "\n" for line in lines), fsync=True)
 
 
 def score_dataset(

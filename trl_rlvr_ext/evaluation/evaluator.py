@@ -10,13 +10,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..sampling import (
+    NOT_GIVEN,
     GenerationBackend,
     SamplingSettings,
     as_reward_func_list,
     load_model_and_tokenizer,
     make_backend,
     sample_and_grade,
-    sampling_from_keywords,
+    sampling_from_deprecated_keywords,
 )
 from .answers import extract_answers, resolve_answer_extractor
 from .pass_at_k import answer_classes, pass_metrics
@@ -187,21 +188,29 @@ def count_outcomes(
     return counts, classes
 
 
+# `evaluate_pass_at_k`'s sampling settings when none are given (the SELF paper evaluates at temperature 0.6 and top-p
+# 0.95, https://huggingface.co/papers/2510.02230); the former loose keywords' defaults, so a call without settings
+# draws what it drew before they were grouped.
+DEFAULT_EVALUATION_SAMPLING = SamplingSettings(
+    num_samples=16, temperature=0.6, top_p=0.95, max_new_tokens=1024, seed=0
+)
+
+
 def evaluate_pass_at_k(
     model,
     dataset,
     reward_funcs: Callable | Sequence[Callable],
     tokenizer=None,
-    num_samples: int = 16,
+    num_samples: int = NOT_GIVEN,
     ks: Sequence[int] | None = None,
-    temperature: float = 0.6,
-    top_p: float = 0.95,
-    max_new_tokens: int = 1024,
+    temperature: float = NOT_GIVEN,
+    top_p: float = NOT_GIVEN,
+    max_new_tokens: int = NOT_GIVEN,
     correct_threshold: float = 1.0,
     batch_size: int = 64,
     use_vllm: bool = False,
     vllm_kwargs: dict | None = None,
-    seed: int = 0,
+    seed: int | None = NOT_GIVEN,
     num_problems: int | None = None,
     label: str | None = None,
     progress: bool = True,
@@ -211,8 +220,12 @@ def evaluate_pass_at_k(
     sampling: SamplingSettings | None = None,
 ) -> PassAtKResult:
     r"""
-    Sample ``num_samples`` completions per problem, grade them, and compute the unbiased pass@k, pass^k and (with an
-    answer extractor) maj@k curves, with percentile-bootstrap confidence intervals over problems.
+    Sample ``sampling.num_samples`` completions per problem, grade them, and compute the unbiased pass@k, pass^k and
+    (with an answer extractor) maj@k curves, with percentile-bootstrap confidence intervals over problems.
+
+    The sampling settings are one value, ``sampling=SamplingSettings(...)``. The former loose keywords
+    (``num_samples``, ``temperature``, ``top_p``, ``max_new_tokens``, ``seed``) are still accepted, with a
+    `FutureWarning`, and will be removed.
 
     Args:
         model (`str` or `PreTrainedModel`):
@@ -223,16 +236,16 @@ def evaluate_pass_at_k(
         reward_funcs (callable or list of callables):
             TRL-style reward functions. A sample is correct when every one returns at least ``correct_threshold``.
         tokenizer: the tokenizer (loaded from ``model`` when it is a path and this is `None`).
-        num_samples: ``n``, samples per problem.
+        num_samples: deprecated, use ``sampling=SamplingSettings(num_samples=...)`` (``n``, samples per problem).
         ks: the k's to report (default 1, 2, 4, ..., n).
-        temperature, top_p: sampling settings (the SELF paper evaluates at 0.6 and 0.95,
-            https://huggingface.co/papers/2510.02230).
-        max_new_tokens: generation budget per sample.
+        temperature, top_p: deprecated, use ``sampling=SamplingSettings(temperature=..., top_p=...)``.
+        max_new_tokens: deprecated, use ``sampling=SamplingSettings(max_new_tokens=...)``.
         correct_threshold: the reward that counts as correct.
-        batch_size: sequences per ``generate`` call (problems per batch = ``max(1, batch_size // num_samples)``).
+        batch_size: sequences per ``generate`` call (problems per batch =
+            ``max(1, batch_size // sampling.num_samples)``).
         use_vllm: generate with vLLM (installed separately; ``model`` must then be a path or hub id).
         vllm_kwargs: arguments for `vllm.LLM`.
-        seed: sampling seed (the caller's RNG is left untouched).
+        seed: deprecated, use ``sampling=SamplingSettings(seed=...)``.
         num_problems: evaluate only the first ``num_problems`` problems.
         label: the curve's name (default: the model path or class name).
         progress: show progress bars.
@@ -240,17 +253,26 @@ def evaluate_pass_at_k(
             reward, our math reward and TRL's ``accuracy_reward`` have extractors; other rewards get no maj@k),
             ``"toy"``, ``"math"`` (math-verify), a callable ``text -> str | None``, or `None` (no maj@k).
         confidence_level: level of the bootstrap intervals over problems (`None`: no intervals).
-        bootstrap_resamples: bootstrap resamples (seeded with ``seed``).
+        bootstrap_resamples: bootstrap resamples (seeded with the sampling seed).
         sampling (`trl_rlvr_ext.sampling.SamplingSettings`, *optional*):
-            All the sampling settings as one value, instead of ``num_samples``, ``temperature``, ``top_p``,
-            ``max_new_tokens`` and ``seed`` (which must then keep their defaults: giving a setting both ways is an
-            error). Its seed also seeds the bootstrap (0 when it is `None`).
+            How completions are drawn: ``num_samples`` (``n``, samples per problem), ``temperature``, ``top_p``,
+            ``max_new_tokens`` (the generation budget per sample), ``greedy`` and ``seed`` (the caller's RNG is left
+            untouched). Defaults to `DEFAULT_EVALUATION_SAMPLING`: 16 samples at temperature 0.6 and top-p 0.95 (the
+            SELF paper's, https://huggingface.co/papers/2510.02230), 1024 new tokens, seed 0. Its seed also seeds the
+            bootstrap (0 when it is `None`). Giving it together with a deprecated loose keyword is an error.
 
     Returns:
         [`PassAtKResult`].
     """
     reward_funcs = as_reward_func_list(reward_funcs)
-    sampling = sampling_from_keywords(sampling, evaluate_pass_at_k, locals())
+    loose = {
+        "num_samples": num_samples,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_new_tokens": max_new_tokens,
+        "seed": seed,
+    }
+    sampling = sampling_from_deprecated_keywords(sampling, evaluate_pass_at_k, DEFAULT_EVALUATION_SAMPLING, loose)
     num_samples = sampling.num_samples
     if ks is not None and max(ks) > num_samples:
         raise ValueError(f"ks={list(ks)} asks for k > num_samples={num_samples}; sample more or drop those k.")

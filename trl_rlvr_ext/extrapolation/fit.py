@@ -14,6 +14,7 @@ import os
 import shutil
 from collections.abc import Sequence
 
+from .._io import atomic_write
 from .relex import (
     RELEX_MODES,
     extrapolation_position,
@@ -195,10 +196,7 @@ def relex_trajectory(
         }
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, variance_report_name(history_steps, rank))
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=2)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(report, indent=2))
     report["path"] = path
     return report
 

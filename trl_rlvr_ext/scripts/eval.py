@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 
+from .._io import atomic_target
 from .common import (
     HelpFormatter,
     add_problem_arguments,
@@ -79,9 +80,8 @@ def make_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argum
 def _save_atomically(results, path: str) -> None:
     from ..evaluation.evaluator import save_results
 
-    tmp = f"{path}.tmp-{os.getpid()}"
-    save_results(results, tmp)
-    os.replace(tmp, path)  # a reader never sees a half-written file
+    with atomic_target(path) as tmp:  # a reader never sees a half-written file
+        save_results(results, tmp)
 
 
 def cli_main(argv: list[str] | None = None) -> int:

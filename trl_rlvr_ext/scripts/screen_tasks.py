@@ -128,6 +128,7 @@ def screen_candidate(dataset_name: str, model, tokenizer, model_name: str, setti
     from ..evaluation import evaluate_pass_at_k
     from ..evaluation.pass_at_k import pass_at_k_curve
     from ..rewards import get_reward_func
+    from ..sampling import SamplingSettings
     from ..studies import baselines
 
     rows = baselines.eval_rows(dataset_name, settings["eval_problems"])
@@ -138,11 +139,13 @@ def screen_candidate(dataset_name: str, model, tokenizer, model_name: str, setti
         rows,
         reward,
         tokenizer=tokenizer,
-        num_samples=settings["num_samples"],
-        temperature=settings["temperature"],
-        top_p=settings["top_p"],
-        max_new_tokens=settings["max_new_tokens"],
-        seed=settings["seed"],
+        sampling=SamplingSettings(
+            num_samples=settings["num_samples"],
+            temperature=settings["temperature"],
+            top_p=settings["top_p"],
+            max_new_tokens=settings["max_new_tokens"],
+            seed=settings["seed"],
+        ),
         batch_size=settings["batch_size"],
         label=model_name,
     )

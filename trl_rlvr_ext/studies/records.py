@@ -12,7 +12,8 @@ import gzip
 import json
 from pathlib import Path
 
-from .run_files import RESULTS_GLOB, atomic_write
+from .._io import atomic_write
+from .run_files import RESULTS_GLOB
 
 
 def end_probe(record: dict) -> dict | None:

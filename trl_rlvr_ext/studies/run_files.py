@@ -4,7 +4,6 @@ finished exactly when its result exists and an interrupted study resumes where i
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 from .design import Arm, Study, StudySizes, StudyTask
@@ -23,14 +22,6 @@ def run_dir(out_dir: str | Path, task: str, arm: str, seed: int) -> Path:
 def result_path(out_dir: str | Path, task: str, arm: str, seed: int) -> Path:
     """A run's ``result.json``: it exists exactly when the run has finished."""
     return run_dir(out_dir, task, arm, seed) / RESULT
-
-
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file renamed over it: a reader sees the old file or the whole new
-    one, never a half-written one."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data.encode() if isinstance(data, str) else data)
-    os.replace(tmp, path)
 
 
 def finished_result(out_dir: Path, task: StudyTask, arm: Arm, seed: int) -> dict | None:

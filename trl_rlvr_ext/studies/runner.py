@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .._io import atomic_write
 from .budgets import (  # noqa: F401  (re-exported: the runner's names, as before its split)
     generation_batches,
     prompts_trained,
@@ -38,7 +39,7 @@ from .design import (  # noqa: F401  (re-exported: the names the studies import 
     log_column,
     train_log_series,
 )
-from .run_files import RunSpec, atomic_write, finished_result, result_path, run_dir
+from .run_files import RunSpec, finished_result, result_path, run_dir
 from .run_inputs import (  # noqa: F401  (re-exported: the runner's names, as before its split)
     RunInputs,
     base_model_path,

@@ -7,6 +7,7 @@ import statistics
 import warnings
 from pathlib import Path
 
+from .._io import atomic_write
 from .design import (
     Study,
     StudySizes,
@@ -14,7 +15,6 @@ from .design import (
 )
 from .markdown import mean_sd
 from .records import end_probe
-from .run_files import atomic_write
 
 
 def size_flags(study: Study, sizes: StudySizes, quick: bool, setting: str | None = None) -> str:
