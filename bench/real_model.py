@@ -20,9 +20,12 @@ the same measurement as the toy's benchmark, on the real weights, tokenizer and 
    of each shape, from a middle layer; `bench/lora_init.py`'s ``run_size``), with the subspace errors against a
    float64 SVD of that weight.
 
+4. ``precision``: stock GRPO whole steps in bf16 autocast (``bf16=True``, fp32 weights, as TRL's default does on a
+   CPU that has bf16) against fp32 (``bf16=False``), alternated round by round; the median of the per-round ratios.
+
 Not measured here on the real model (see the toy's sections of bench/RESULTS.md): SELF, pass-rate sampling and dynamic
-sampling (they act between steps, on the sampler and the generation loop), vLLM against ``generate``
-(`bench/vllm_cpu.py --model smollm2-135m-instruct`), bf16 against fp32.
+sampling (they act between steps, on the sampler and the generation loop); vLLM against ``generate`` is
+`bench/vllm_cpu.py --model smollm2-135m-instruct`.
 """
 
 import argparse
@@ -45,7 +48,7 @@ import torch
 GRPO_ARMS = ("stock", "nsr", "nsr_expected", "acpo", "diag", "rsi", "rsi_quantile")
 DPO_ARMS = ("stock", "is_dpo", "is_dpo_behavior")
 LORA_LAYERS = ("self_attn.q_proj", "self_attn.k_proj", "mlp.up_proj", "mlp.down_proj")
-PARTS = ("grpo", "dpo", "lora_init")
+PARTS = ("grpo", "dpo", "lora_init", "precision")
 
 
 def grpo_part(model_path: str, tmp: str, args) -> None:
@@ -116,6 +119,28 @@ def lora_init_part(model_path: str, args) -> None:
         lora_init.run_size(*weight.shape, settings, weight=weight, label=f"layer {layer} {name}")
 
 
+def precision_part(model_path: str, tmp: str, args) -> None:
+    import grpo_overhead
+
+    options = {"batch": args.batch, "completion_length": args.completion_length}
+    medians = {"fp32": [], "bf16": []}
+    for r in range(args.precision_rounds):
+        for name in ("fp32", "bf16") if r % 2 == 0 else ("bf16", "fp32"):
+            timer = grpo_overhead.StepTimer()
+            out = os.path.join(tmp, f"precision-{name}-{r}")
+            trainer = grpo_overhead.make_trainer(
+                "stock", model_path, args.stock_steps, out, callbacks=[timer], bf16=name == "bf16", **options
+            )
+            trainer.train()
+            medians[name].append(statistics.median(timer.times[1:]))
+    ratios = [b / f for b, f in zip(medians["bf16"], medians["fp32"])]
+    print(f"\nStock GRPO step, bf16 autocast vs fp32, on {args.model}, CPU {torch.get_num_threads()} thread(s)")
+    print(f"fp32 {statistics.median(medians['fp32']):.2f} s, bf16 {statistics.median(medians['bf16']):.2f} s per step")
+    print(
+        f"step ratio bf16 / fp32: {statistics.median(ratios):.3f} (per round {', '.join(f'{x:.3f}' for x in ratios)})"
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct", help="a pretrained name or a local model path")
@@ -129,6 +154,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dpo-steps", type=int, default=8, help="dpo: interleaved steps per arm")
     parser.add_argument("--rank", type=int, default=16, help="lora_init: LoRA rank")
     parser.add_argument("--lora-repeats", type=int, default=3, help="lora_init: repeats per weight")
+    parser.add_argument("--precision-rounds", type=int, default=2, help="precision: alternated rounds per arm")
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
@@ -153,6 +179,8 @@ def main(argv=None) -> int:
             dpo_part(model_path, tmp, args)
         if "lora_init" in parts:
             lora_init_part(model_path, args)
+        if "precision" in parts:
+            precision_part(model_path, tmp, args)
     print(f"\n{args.model}: parts {', '.join(parts)} in {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -13,13 +13,14 @@ import real_model
 
 def test_every_part_runs_and_prints_its_ratios(tiny_model_path, capsys):
     argv = ["--model", tiny_model_path, "--repeats", "1", "--stock-steps", "2", "--dpo-steps", "2"]
-    assert real_model.main([*argv, "--lora-repeats", "1", "--rank", "2"]) == 0
+    assert real_model.main([*argv, "--lora-repeats", "1", "--rank", "2", "--precision-rounds", "1"]) == 0
     out = capsys.readouterr().out
     for arm in (*real_model.GRPO_ARMS[1:], "delta", *real_model.DPO_ARMS[1:]):
         assert any(line.startswith(arm + " ") for line in out.splitlines()), arm
     for layer in real_model.LORA_LAYERS:
         assert layer in out
     assert "PEFT pissa (full SVD)" in out and "rlpo (randomized)" in out
+    assert "step ratio bf16 / fp32:" in out
 
 
 @pytest.mark.parametrize(
