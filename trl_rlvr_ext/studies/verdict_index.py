@@ -64,6 +64,14 @@ def _part_summary(p: Part, with_arms: bool) -> str:
     return summary + (f" (not counted: {p.excluded} {p.task})" if p.excluded else "")
 
 
+def claim_groups(parts: list[Part]) -> dict[str, list[Part]]:
+    """The parts by claim (a claim's own name, or the claim its parts belong to), in order of first appearance."""
+    groups: dict[str, list[Part]] = {}
+    for p in parts:
+        groups.setdefault(claim_group(p.claim), []).append(p)
+    return groups
+
+
 def index_table(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -> str:
     """The index's verdict table: one row per claim (group) of every study, in the order of ``pages``."""
     header = [
@@ -77,10 +85,7 @@ def index_table(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -
     lines = [row(header), "|" + "---|" * len(header)]
     for study_name, parts in parts_by_study.items():
         page = pages[study_name]
-        groups: dict[str, list[Part]] = {}
-        for p in parts:
-            groups.setdefault(claim_group(p.claim), []).append(p)
-        for group, members in groups.items():
+        for group, members in claim_groups(parts).items():
             with_arms = len({(p.claim.arm, p.baseline, p.claim.metric) for p in members}) > 1
             summary = "; ".join(_part_summary(p, with_arms) for p in members)
             cells = [
@@ -101,10 +106,7 @@ def rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) 
     lines = []
     for study_name, parts in parts_by_study.items():
         page = pages[study_name]
-        groups: dict[str, list[Part]] = {}
-        for p in parts:
-            groups.setdefault(claim_group(p.claim), []).append(p)
-        for group, members in groups.items():
+        for group, members in claim_groups(parts).items():
             now, before = group_verdict(members).replace("**", ""), page.previous_verdicts.get(group)
             if before is not None and now != before:
                 lines.append(f"- {group} ([{study_name}]({Path(page.path).name})): {before} → **{now}**")
@@ -112,10 +114,7 @@ def rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) 
 
 
 def method_summary(parts: list[Part], summary: MethodSummary) -> str:
-    groups: dict[str, list[Part]] = {}
-    for p in parts:
-        if summary.select(p.claim):
-            groups.setdefault(claim_group(p.claim), []).append(p)
+    groups = claim_groups([p for p in parts if summary.select(p.claim)])
     seeds = sorted({p.judgement.num_seeds for members in groups.values() for p in members if p.judgement})
     lines = [
         (

@@ -155,35 +155,42 @@ def paired_differences(arm: Mapping[int, Sequence[float]], baseline: Mapping[int
     return np.stack(rows)
 
 
+def _chunked_means(differences, num_resamples: int, seed: int, resample) -> np.ndarray:
+    """Means of ``num_resamples`` resamples of the seeds × problems table, drawn 1000 at a time (memory stays bounded)
+    by ``resample(rng, size, num_seeds, num_problems, differences)``, which returns ``size`` resampled tables."""
+    differences = np.asarray(differences, dtype=float)
+    num_seeds, num_problems = differences.shape
+    rng = np.random.default_rng(seed)
+    means = []
+    for start in range(0, num_resamples, 1000):
+        size = min(1000, num_resamples - start)
+        means.append(resample(rng, size, num_seeds, num_problems, differences).mean(axis=(1, 2)))
+    return np.concatenate(means)
+
+
+def _nested(rng, size, num_seeds, num_problems, differences):
+    seed_draws = rng.integers(0, num_seeds, size=(size, num_seeds))
+    problem_draws = rng.integers(0, num_problems, size=(size, num_seeds, num_problems))
+    return differences[seed_draws[..., None], problem_draws]
+
+
+def _crossed(rng, size, num_seeds, num_problems, differences):
+    seed_draws = rng.integers(0, num_seeds, size=(size, num_seeds))
+    problem_draws = rng.integers(0, num_problems, size=(size, num_problems))
+    return differences[seed_draws[:, :, None], problem_draws[:, None, :]]
+
+
 def hierarchical_bootstrap(differences: np.ndarray, num_resamples: int = 10_000, seed: int = 0) -> np.ndarray:
     """Means of ``num_resamples`` nested resamples of ``differences`` (seeds × problems): seeds with replacement, then
     problems with replacement *within each drawn seed*. Not the rule's (see the module: it shrinks the shared problem
     variance by the seed count); kept to show, in the tests, what the crossed design corrects."""
-    differences = np.asarray(differences, dtype=float)
-    num_seeds, num_problems = differences.shape
-    rng = np.random.default_rng(seed)
-    means = []
-    for start in range(0, num_resamples, 1000):
-        size = min(1000, num_resamples - start)
-        seed_draws = rng.integers(0, num_seeds, size=(size, num_seeds))
-        problem_draws = rng.integers(0, num_problems, size=(size, num_seeds, num_problems))
-        means.append(differences[seed_draws[..., None], problem_draws].mean(axis=(1, 2)))
-    return np.concatenate(means)
+    return _chunked_means(differences, num_resamples, seed, _nested)
 
 
 def crossed_bootstrap(differences: np.ndarray, num_resamples: int = 10_000, seed: int = 0) -> np.ndarray:
     """Means of ``num_resamples`` crossed resamples of ``differences`` (seeds × problems): the seeds with replacement
-    and one problem draw with replacement, the same for every drawn seed (drawn in chunks: memory stays bounded)."""
-    differences = np.asarray(differences, dtype=float)
-    num_seeds, num_problems = differences.shape
-    rng = np.random.default_rng(seed)
-    means = []
-    for start in range(0, num_resamples, 1000):
-        size = min(1000, num_resamples - start)
-        seed_draws = rng.integers(0, num_seeds, size=(size, num_seeds))
-        problem_draws = rng.integers(0, num_problems, size=(size, num_problems))
-        means.append(differences[seed_draws[:, :, None], problem_draws[:, None, :]].mean(axis=(1, 2)))
-    return np.concatenate(means)
+    and one problem draw with replacement, the same for every drawn seed."""
+    return _chunked_means(differences, num_resamples, seed, _crossed)
 
 
 def crossed_standard_error(differences: np.ndarray) -> tuple[float, float]:
