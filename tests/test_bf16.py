@@ -166,6 +166,25 @@ def test_dynamic_sampling_trains_with_bf16_weights(tiny_model_path, tmp_path):
     assert all(log["dynamic_sampling/bound_hit"] == 0 and log["dynamic_sampling/kept_frac"] < 1 for log in logs)
 
 
+def test_popo_trains_with_bf16_weights(tiny_model_path, tmp_path):
+    from test_popo_trainer import METRICS, POPO
+
+    kwargs = grpo_kwargs(tmp_path, **{**POPO, "max_steps": 2})
+    logs, moved = _train_grpo_in_bf16_weights(tiny_model_path, digit_reward, prompt_dataset(), kwargs)
+    assert len(logs) == 2 and moved
+    assert all(torch.isfinite(torch.tensor(log[f"popo/{m}"])) for log in logs for m in METRICS)
+
+
+def test_poise_trains_with_bf16_weights(tiny_model_path, tmp_path):
+    from test_poise_trainer import POISE
+
+    kwargs = small_grpo_kwargs(tmp_path, **{**POISE, "max_steps": 4})
+    logs, moved = _train_grpo_in_bf16_weights(tiny_model_path, digit_reward, prompt_dataset(), kwargs)
+    assert len(logs) == 4 and moved
+    phases = [log["poise/phase"] for log in logs if "poise/phase" in log]
+    assert 1 in phases, phases  # the probe, fitted on bf16 features, gave baselines
+
+
 def _dpo_kwargs(output_dir, **overrides):
     """tests/test_dpo_trainer.py's CPU-sized DPO settings, with the precision the caller gives (it defaults to fp32)."""
     from test_dpo_trainer import _kwargs
