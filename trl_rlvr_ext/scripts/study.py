@@ -59,6 +59,19 @@ def make_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Smoke run: untrained tiny models, 2 steps, 3 problems x 4 samples. Its numbers mean nothing.",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="Processes side by side, the seeds split between them (seed k of the list to process k mod workers); "
+        "each one resumes like the whole. The table is written once all have finished. 1: one process.",
+    )
+    parser.add_argument(
+        "--num_threads",
+        type=int,
+        default=1,
+        help="torch threads per process (with the default 2 workers on 2 cores: one each, so that wall times compare).",
+    )
     for field in dataclasses.fields(StudySizes):
         parser.add_argument(
             f"--{field.name}",
@@ -148,6 +161,9 @@ def run_main(argv: list[str], command: str) -> int:
         raise SystemExit(
             f"trl-rlvr-ext study: --seeds must be comma-separated integers, got {args.seeds!r}."
         ) from None
+    for name in ("workers", "num_threads"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"trl-rlvr-ext study: --{name} must be at least 1, got {getattr(args, name)}.")
     study = get_study(args.name)
     reference = study.default_sizes(args.quick, args.setting)  # an unknown setting fails here, naming the known ones
     overrides = {
@@ -156,6 +172,12 @@ def run_main(argv: list[str], command: str) -> int:
     sizes = dataclasses.replace(reference, **overrides)
     suffix = (f"-{args.setting}" if args.setting else "") + ("-quick" if args.quick else "")
     out_dir = args.out_dir or f"outputs/studies/{args.name}{suffix}"
+    workers = min(args.workers, len(seeds))
+    if workers > 1:
+        _run_workers(argv, seeds, workers)  # every run; then the loop below only loads them and writes the table
+    import torch
+
+    torch.set_num_threads(args.num_threads)
     run_study(
         study,
         out_dir,
@@ -170,6 +192,50 @@ def run_main(argv: list[str], command: str) -> int:
         base_model=args.base_model,
     )
     return 0
+
+
+def _run_workers(argv: list[str], seeds: list[int], workers: int) -> None:
+    """Run ``argv`` as ``workers`` processes side by side, process k on seeds[k::workers] (each with ``--workers 1``),
+    their output lines prefixed with their seeds; fails naming the processes that failed."""
+    import subprocess
+    import threading
+
+    def strip(args: list[str]) -> list[str]:  # ``argv`` without its --seeds / --workers (either spelling)
+        out, skip = [], False
+        for arg in args:
+            if skip:
+                skip = False
+            elif arg in ("--seeds", "--workers"):
+                skip = True
+            elif not arg.startswith(("--seeds=", "--workers=")):
+                out.append(arg)
+        return out
+
+    processes = []
+    for k in range(workers):
+        part = ",".join(str(seed) for seed in seeds[k::workers])
+        command = [sys.executable, "-m", "trl_rlvr_ext.cli", "study", *strip(argv), "--seeds", part, "--workers", "1"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        processes.append((part, process))
+        print(f"[worker {k}] seeds {part}: pid {process.pid}", flush=True)
+
+    def relay(part: str, process) -> None:
+        for line in process.stdout:
+            print(f"[seeds {part}] {line}", end="", flush=True)
+
+    threads = [threading.Thread(target=relay, args=pair, daemon=True) for pair in processes]
+    for thread in threads:
+        thread.start()
+    failed = []
+    for (part, process), thread in zip(processes, threads):
+        if process.wait() != 0:
+            failed.append(f"seeds {part} (exit status {process.returncode})")
+        thread.join()
+    if failed:
+        raise SystemExit(
+            f"trl-rlvr-ext study: worker(s) failed: {', '.join(failed)} (their output is above). The finished runs "
+            "are kept: rerun the same command to resume."
+        )
 
 
 # The subcommands of `trl-rlvr-ext study` and what each does. `study <name> ...` is `study run <name> ...`, so the

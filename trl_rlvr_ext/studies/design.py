@@ -23,6 +23,9 @@ class StudyTask:
         max_completion_length: generation budget (training and evaluation).
         selector: what ``--tasks`` says to select the task when that is not its name (a dataset name, with the
             flags it needs: `trl_rlvr_ext.studies.user_tasks`); its runs' rerun commands use it.
+        temperature: the sampling temperature of training and of the final evaluation. 1 (the default) samples the
+            policy's own distribution; a pretrained chat model whose task was screened at a lower temperature (the
+            real model's, `docs/evidence/screening.md`) is studied at that one.
     """
 
     name: str
@@ -32,6 +35,11 @@ class StudyTask:
     gold_completion: Callable[[dict], str]
     max_completion_length: int
     selector: str = ""
+    temperature: float = 1.0
+
+    def __post_init__(self):
+        if not self.temperature > 0:
+            raise ValueError(f"Task {self.name!r}: temperature={self.temperature} must be positive.")
 
 
 @dataclasses.dataclass

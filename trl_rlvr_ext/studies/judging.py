@@ -161,6 +161,13 @@ def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict
                     else:
                         base = {a: base[b] for a, b in zip(sorted(arm), sorted(base))}
                 common = sorted(set(arm) & set(base))
+                if setting.seeds:
+                    common = [seed for seed in common if seed in setting.seeds]
+                    if len(common) < len(setting.seeds):
+                        reason = f"pending: {len(common)} of {len(setting.seeds)} declared seeds"
+                        parts.append(Part(study_name, claim, setting, task, baseline, None, reason))
+                        continue
+                    arm, base = {s: arm[s] for s in common}, {s: base[s] for s in common}
                 if len(common) < 2:
                     parts.append(Part(study_name, claim, setting, task, baseline, None, f"{len(common)} paired seed"))
                     continue

@@ -50,6 +50,10 @@ class PageSetting:
     # task -> why the setting is exploratory on that task only (it was chosen looking at that task's runs; on the
     # other tasks it was declared before their runs)
     exploratory_tasks: dict = dataclasses.field(default_factory=dict)
+    # the seeds the design declared (empty: every seed that ran). A claim is judged on exactly these, and only once
+    # both its arms have run all of them: a design that has not finished shows how far it got, not an interim
+    # verdict (which would invite stopping when it looks good)
+    seeds: tuple[int, ...] = ()
 
     def matches(self, record: dict) -> bool:
         """Whether the record's sizes are this setting's (``match``); a record without sizes matches no constraint."""

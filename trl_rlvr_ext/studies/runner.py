@@ -8,8 +8,8 @@ a run is finished exactly when that file exists, so an interrupted study resumes
 
 Each run records its wall time, the command that started the study and a command that reruns just that run. During
 training a `BoundaryProbeCallback` follows the log-likelihood of correct held-out solutions (the gold completions of
-the first ``probe_problems`` held-out problems). Evaluation samples at temperature 1 (the policy's own distribution,
-as GRPO samples it) with the sampling seed ``1000 + seed``, so the base arm's spread over seeds is the evaluation
+the first ``probe_problems`` held-out problems). Evaluation samples at the task's temperature (1 unless the task says
+otherwise: the policy's own distribution, as GRPO samples it) with the sampling seed ``1000 + seed``, so the base arm's spread over seeds is the evaluation
 noise.
 """
 
@@ -66,7 +66,7 @@ def _grpo_config(run_dir: Path, task: StudyTask, arm: Arm, sizes: StudySizes, se
         "per_device_train_batch_size": sizes.num_prompts * sizes.num_generations // sizes.steps_per_generation,
         "steps_per_generation": sizes.steps_per_generation,
         "max_completion_length": task.max_completion_length,
-        "temperature": 1.0,
+        "temperature": task.temperature,
         "remove_unused_columns": False,  # the rewards read the dataset's columns
         **arm.config,
     }
@@ -184,8 +184,8 @@ def evaluate_and_record(
     train_seconds: float,
     extra: dict,
 ) -> dict:
-    """The end of every run: the final model's unbiased Pass@k on the held-out problems (temperature 1, sampling seed
-    ``1000 + seed``), then ``result.json`` (the keys the table reads, ``extra``, the wall time since ``start`` and a
+    """The end of every run: the final model's unbiased Pass@k on the held-out problems (the task's temperature, 1
+    unless it says otherwise; sampling seed ``1000 + seed``), then ``result.json`` (the keys the table reads, ``extra``, the wall time since ``start`` and a
     command that reruns just this run), written last and atomically."""
     import torch
 
@@ -204,7 +204,7 @@ def evaluate_and_record(
         tokenizer=tokenizer,
         sampling=SamplingSettings(
             num_samples=sizes.eval_samples,
-            temperature=1.0,
+            temperature=task.temperature,
             top_p=1.0,
             max_new_tokens=task.max_completion_length,
             seed=1000 + seed,
