@@ -15,6 +15,7 @@ STUDIES = {
     "nsr": "nsr_study",
     "is_dpo": "is_dpo_study",
     "lora_init": "lora_init_study",
+    "pretrained": "pretrained_study",
 }
 
 

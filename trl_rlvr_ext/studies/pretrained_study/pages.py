@@ -1,0 +1,107 @@
+"""The ``pretrained`` study's evidence page (``docs/evidence/pretrained.md``): the declared design rendered from its
+code (arms, sizes, seeds, claims) with the pilot's minimum detectable effects rendered from the pilot's records, and
+how far the runs have got (done and left per arm, the commands that resume them)."""
+
+import json
+from pathlib import Path
+
+from ..markdown import table
+from ..pages import Page, PageSetting
+from .design import CLAIMS, COMMANDS, GROUPS, LORA_SETTINGS, SEEDS, SIZES, pilot_mde
+
+
+RECORDS = "docs/evidence/data/pretrained.jsonl"
+# The pilot: the demo's two seeds of stock GRPO + LoRA on the same task and sizes, 8 samples per problem.
+PILOT_RECORDS = "docs/evidence/data/real_model_demo.jsonl"
+PILOT_SAMPLES = (8, 16, SIZES.eval_samples)
+
+
+def _pilot(root: Path) -> list[dict]:
+    lines = (root / PILOT_RECORDS).read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    return [r for r in records if r["method"] == "none" and not r["settings"]["quick"]]
+
+
+def design_block(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
+    """The design as its code declares it, and the pilot's minimum detectable effects."""
+    pilot = _pilot(root)
+    mdes = {samples: pilot_mde(pilot, samples) for samples in PILOT_SAMPLES}
+    adapter = (
+        f"rank {LORA_SETTINGS['r']}, alpha {LORA_SETTINGS['lora_alpha']}, {', '.join(LORA_SETTINGS['target_modules'])} "
+        f"of decoder layers {LORA_SETTINGS['layers_to_transform'][0]}-{LORA_SETTINGS['layers_to_transform'][-1]}"
+    )
+    lines = [
+        f"- **Seeds**: {', '.join(map(str, SEEDS))} (fresh: the pilot's were 0 and 1).",
+        (
+            f"- **GRPO + LoRA, every trained arm**: {SIZES.max_steps} steps at learning rate {SIZES.learning_rate:g} "
+            f"(constant), {SIZES.num_prompts} prompts x {SIZES.num_generations} completions per generation batch, "
+            f"{SIZES.steps_per_generation} optimiser steps per batch (rollouts reused), loss `dapo`, beta 0; adapter: "
+            f"{adapter}."
+        ),
+        (
+            f"- **Evaluation**: held-out pass@1 on {SIZES.eval_problems} problems x {SIZES.eval_samples} samples, "
+            "sampling seed 1000 + seed, the same for every arm of a seed."
+        ),
+        "- **Arms, in run order**: "
+        + "; ".join(f"{group}: {', '.join(f'`{arm}`' for arm in arms)}" for group, arms in GROUPS.items())
+        + ".",
+        "- **Pilot** (`"
+        + PILOT_RECORDS
+        + f"`, {len(pilot)} runs of stock GRPO + LoRA, seeds "
+        + ", ".join(str(r["seed"]) for r in pilot)
+        + "): minimum detectable effect of one arm against another with "
+        + f"{len(SEEDS)} seeds x {SIZES.eval_problems} problems: "
+        + ", ".join(f"{mde:.3f} at {samples} samples" for samples, mde in mdes.items())
+        + " per problem (`pretrained_study.design.pilot_mde`).",
+        "- **Claims** (effect sizes in pass@1): "
+        + "; ".join(f"{c.name} ({'+' if c.direction > 0 else '-'}{c.threshold:.3f}, {c.reason})" for c in CLAIMS)
+        + ".",
+        "- **Commands**, in order (each resumes: a finished run is loaded, not redone): "
+        + "; ".join(f"`{command}`" for command in COMMANDS)
+        + f"; then `trl-rlvr-ext study export pretrained outputs/studies/pretrained {RECORDS}` and "
+        "`trl-rlvr-ext study report pretrained`.",
+    ]
+    return {"design": "\n".join(lines)}
+
+
+def progress_block(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
+    """Per arm: the declared seeds that have a record and those left; a claim's verdict waits for all of them."""
+    records = settings_records["main"]
+    rows, left_total = [], 0
+    for group, arms in GROUPS.items():
+        for arm in arms:
+            done = sorted({r["seed"] for r in records if r["arm"] == arm and r["seed"] in SEEDS})
+            left = [seed for seed in SEEDS if seed not in done]
+            left_total += len(left)
+            rows.append([group, f"`{arm}`", ", ".join(map(str, done)) or "-", ", ".join(map(str, left)) or "-"])
+    lines = table(["group", "arm", "seeds done", "seeds left"], rows)
+    total = sum(len(arms) for arms in GROUPS.values()) * len(SEEDS)
+    status = (
+        "The design has finished: every claim is judged on all its declared seeds."
+        if not left_total
+        else f"**Not finished: {left_total} of {total} runs left.** A claim is judged once both its arms have run "
+        "every declared seed; until then it reads `pending`. The commands above resume where the runs stopped."
+    )
+    return {"progress": "\n".join([*lines, "", status])}
+
+
+def pretrained_page_blocks(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
+    return {**design_block(page, settings_records, root), **progress_block(page, settings_records, root)}
+
+
+PAGE = Page(
+    "pretrained",
+    "docs/evidence/pretrained.md",
+    (PageSetting("main", "the declared design", (RECORDS,), seeds=SEEDS),),
+    "the real model",
+    page_blocks=pretrained_page_blocks,
+    method_of_arm={
+        "rlpo": "RLPO / RLMO",
+        "rlmo": "RLPO / RLMO",
+        "pissa": "RLPO / RLMO",
+        "milora": "RLPO / RLMO",
+        "nsr": "NSR",
+        "acpo": "ACPO",
+        "delta": "DelTA",
+    },
+)
