@@ -51,6 +51,7 @@ PAGE_TESTS = {
     "evidence/nsr.md": "no code blocks",
     "evidence/is_dpo.md": "no code blocks",
     "evidence/lora_init.md": "no code blocks",
+    "evidence/pretrained.md": "no code blocks",
     "evidence/screening.md": "test_screen_tasks.py::test_render_only_reproduces_the_committed_page",
     "evidence/real_model_demo.md": "test_demo_pretrained.py::test_render_reproduces_the_committed_page",
     "tutorials/real_model.md": "test_docs_real_model.py::test_real_model_tutorial_runs",

@@ -114,6 +114,7 @@ def test_every_page_is_still_rendered():
         "docs/evidence/is_dpo.md",
         "docs/evidence/lora_init.md",
         "docs/evidence/nsr.md",
+        "docs/evidence/pretrained.md",
         "docs/evidence/self.md",
         "docs/methods/acpo.md",
         "docs/methods/delta.md",

@@ -115,11 +115,15 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
     index_blocks["index:verdicts"] = index_table(all_parts, PAGES)
     index_blocks["index:rule_changes"] = rule_changes(all_parts, PAGES)
     out[INDEX] = fill((root / INDEX).read_text(), index_blocks, INDEX)
+    # a method page may summarise several studies (the toy's and the real model's): its blocks are filled together
+    by_path: dict[str, dict[str, str]] = {}
     for summary in METHOD_SUMMARIES:
-        if summary.study in names:
-            text = (root / summary.path).read_text()
-            block = {f"evidence:{summary.study}": method_summary(all_parts[summary.study], summary)}
-            out[summary.path] = fill(text, block, summary.path)
+        by_path.setdefault(summary.path, {})[f"evidence:{summary.study}"] = method_summary(
+            all_parts[summary.study], summary
+        )
+    for path, blocks in by_path.items():
+        if any(summary.study in names for summary in METHOD_SUMMARIES if summary.path == path):
+            out[path] = fill((root / path).read_text(), blocks, path)
     return out
 
 

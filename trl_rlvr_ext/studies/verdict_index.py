@@ -15,8 +15,9 @@ def _combined(parts: list[Part]) -> str:
     """The one verdict the judged parts share, or "mixed" with the count of each; a part with no test (identical arms)
     gives no verdict and does not count, unless no part has one."""
     judged = [p.judgement.verdict for p in parts if p.judgement]
-    if not judged:
-        return "not judged"
+    if not judged:  # why not (e.g. "pending: 2 of 5 declared seeds")
+        reasons = list(dict.fromkeys(p.not_judged for p in parts if p.not_judged))
+        return "not judged" + (f" ({'; '.join(reasons)})" if reasons else "")
     tested = [v for v in judged if v != NO_TEST]
     if tested and len(tested) < len(judged):
         untested = len(judged) - len(tested)
@@ -115,13 +116,15 @@ def rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) 
 
 def method_summary(parts: list[Part], summary: MethodSummary) -> str:
     groups = claim_groups([p for p in parts if summary.select(p.claim)])
+    if not groups:
+        return "No runs yet: the claims are declared and wait for their runs (the evidence page lists what is left)."
     seeds = sorted({p.judgement.num_seeds for members in groups.values() for p in members if p.judgement})
-    lines = [
-        (
-            f"Verdicts of the rule, at {' or '.join(map(str, seeds)) or 'no'} seeds and this scale (the intervals, "
-            "the minimum detectable effects and the caveats are on the evidence page):"
-        ),
-        "",
-    ]
+    header = (
+        f"Verdicts of the rule, at {' or '.join(map(str, seeds))} seeds and this scale (the intervals, the minimum "
+        "detectable effects and the caveats are on the evidence page):"
+        if seeds
+        else "Not judged yet (the evidence page says how far the runs have got):"
+    )
+    lines = [header, ""]
     lines += [f"- {group}: {group_verdict(members)}" for group, members in groups.items()]
     return "\n".join(lines)

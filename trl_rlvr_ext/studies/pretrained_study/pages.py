@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from ..markdown import table
-from ..pages import Page, PageSetting
+from ..pages import MethodSummary, Page, PageSetting
 from .design import CLAIMS, COMMANDS, GROUPS, LORA_SETTINGS, SEEDS, SIZES, pilot_mde
 
 
@@ -95,6 +95,14 @@ PAGE = Page(
     (PageSetting("main", "the declared design", (RECORDS,), seeds=SEEDS),),
     "the real model",
     page_blocks=pretrained_page_blocks,
+    method_summaries=(
+        MethodSummary(
+            "docs/methods/lora_init.md", "pretrained", lambda c: c.arm in ("rlpo", "rlmo", "pissa", "milora")
+        ),
+        MethodSummary("docs/methods/nsr.md", "pretrained", lambda c: c.arm == "nsr"),
+        MethodSummary("docs/methods/acpo.md", "pretrained", lambda c: c.arm == "acpo"),
+        MethodSummary("docs/methods/delta.md", "pretrained", lambda c: c.arm == "delta"),
+    ),
     method_of_arm={
         "rlpo": "RLPO / RLMO",
         "rlmo": "RLPO / RLMO",

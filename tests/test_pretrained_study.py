@@ -1,0 +1,138 @@
+"""The ``pretrained`` study (the seed claims on the real model): its declared design, the pilot's sizing, the page's
+"pending" until every declared seed has run, the task temperature and ``study --workers`` on the tiny model."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from trl_rlvr_ext.cli import main
+from trl_rlvr_ext.studies import StudyTask, get_study
+from trl_rlvr_ext.studies.judging import judge_parts
+from trl_rlvr_ext.studies.pages import PageSetting
+from trl_rlvr_ext.studies.pretrained_study import pilot_mde
+from trl_rlvr_ext.studies.pretrained_study.design import CLAIMS, COMMANDS, GROUPS, SEEDS, SIZES
+from trl_rlvr_ext.studies.verdicts import Claim, minimum_detectable_effect
+
+
+def test_design_declares_every_claim_arm_and_five_fresh_seeds():
+    study = get_study("pretrained")
+    arms = [arm for group in GROUPS.values() for arm in group]
+    assert list(study.arms) == arms
+    assert len(SEEDS) >= 5 and not {0, 1} & set(SEEDS)  # the pilot's seeds are not reused
+    for claim in CLAIMS:
+        assert claim.arm in arms and claim.baseline == "lora"
+    assert study.tasks["products"].temperature == 0.7
+    assert SIZES.steps_per_generation > 1  # rollouts are reused, so the clip rules act
+    # the commands run every arm, group by group, on every declared seed
+    assert [c.split("--arms ")[1].split()[0].split(",") for c in COMMANDS] == [list(g) for g in GROUPS.values()]
+    assert all(c.endswith("--seeds " + ",".join(map(str, SEEDS))) for c in COMMANDS)
+
+
+def _pilot(after: list[list[int]], samples: int) -> list[dict]:
+    return [{"after_num_correct": a, "settings": {"eval_samples": samples}} for a in after]
+
+
+def test_pilot_mde_by_hand():
+    # two runs, 4 problems, 4 samples: rates (1, .5, .25, 0) and (.5, .5, .75, 0)
+    pilot = _pilot([[4, 2, 1, 0], [2, 2, 3, 0]], 4)
+    difference = np.array([0.5, 0.0, -0.5, 0.0])
+    total = difference.var(ddof=1)  # 1/6
+    assert total == pytest.approx(1 / 6)
+    # binomial part: 2 x mean over runs and problems of p (1 - p) / (n - 1)
+    binomial = 2 * np.mean([[0, 0.25 / 3, 0.1875 / 3, 0], [0.25 / 3, 0.25 / 3, 0.1875 / 3, 0]])
+    assert binomial == pytest.approx(2 * (0.25 * 3 + 0.1875 * 2) / 3 / 8)
+    for samples in (4, 8, 32):
+        variance = (total - binomial) + binomial * 4 / samples
+        expected = minimum_detectable_effect(math.sqrt(variance / (5 * 4)), 5 * 4 - 1)
+        assert pilot_mde(pilot, samples) == pytest.approx(expected, rel=1e-12)
+    assert pilot_mde(pilot, 32) < pilot_mde(pilot, 8) < pilot_mde(pilot, 4)
+    # all variance binomial: the training part is floored at 0, not negative
+    assert pilot_mde(_pilot([[2, 2], [2, 2]], 4), 8) == pytest.approx(
+        minimum_detectable_effect(math.sqrt(2 * (0.25 / 3) * 0.5 / 10), 9)
+    )
+    with pytest.raises(ValueError, match="two runs"):
+        pilot_mde(pilot[:1], 8)
+
+
+def _records(seeds, arms=("lora", "rlpo")):
+    rng = np.random.default_rng(0)
+    return [
+        {"task": "t", "arm": arm, "seed": seed, "num_samples": 4, "num_correct": rng.integers(0, 5, 6).tolist()}
+        for seed in seeds
+        for arm in arms
+    ]
+
+
+def test_a_claim_waits_for_every_declared_seed():
+    study = SimpleNamespace(
+        tasks={"t": None},
+        arms={},
+        claims=[Claim("c", "rlpo", "lora", "pass@1", smallest_effect=0.02)],
+    )
+    setting = PageSetting("main", "m", (), seeds=(1, 2, 3))
+    (part,) = judge_parts("s", study, setting, _records([1, 2]))
+    assert part.judgement is None and part.not_judged == "pending: 2 of 3 declared seeds"
+    (complete,) = judge_parts("s", study, setting, _records([1, 2, 3]))
+    # a seed outside the declared ones is left out, not judged
+    (extra,) = judge_parts("s", study, setting, _records([1, 2, 3, 4]))
+    assert complete.judgement is not None and extra.judgement is not None
+    undeclared = judge_parts("s", study, PageSetting("main", "m", ()), _records([1, 2, 3, 4]))[0]
+    assert extra.judgement.effect != undeclared.judgement.effect  # seed 4 counts only without declared seeds
+    assert extra.judgement.effect == complete.judgement.effect
+
+
+def test_task_temperature_is_checked_and_reaches_training():
+    from trl_rlvr_ext.studies.design import Arm, StudySizes
+    from trl_rlvr_ext.studies.runner import _grpo_config
+
+    with pytest.raises(ValueError, match="temperature=0 must be positive"):
+        StudyTask("t", "d", "r", lambda quick: "", lambda row: "", 4, temperature=0)
+    task = StudyTask("t", "d", "r", lambda quick: "", lambda row: "", 4, temperature=0.7)
+    _, settings = _grpo_config(
+        __import__("pathlib").Path("/tmp/x"), task, Arm("a"), StudySizes(max_steps=1, num_prompts=2), 0
+    )
+    assert settings["temperature"] == 0.7
+    assert StudyTask("t", "d", "r", lambda quick: "", lambda row: "", 4).temperature == 1.0
+
+
+def test_study_workers_split_the_seeds(tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["study", "pretrained", "--quick", "--arms", "base,lora", "--seeds", "0,1", "--out_dir", str(out)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "[worker 0] seeds 0" in printed and "[worker 1] seeds 1" in printed
+    for seed in (0, 1):
+        result = json.loads((out / "products" / "lora" / f"seed{seed}" / "result.json").read_text())
+        # each worker ran its own seed, one thread, and says so
+        assert result["command"].endswith(f"--seeds {seed} --workers 1")
+        assert result["provenance"]["num_threads"] == 1
+        assert result["grpo_config"]["temperature"] == 0.7
+    assert "| lora |" in (out / "results.md").read_text()
+    with pytest.raises(SystemExit, match="--workers must be at least 1, got 0"):
+        main(["study", "pretrained", "--quick", "--workers", "0", "--out_dir", str(out)])
+
+
+def test_page_says_what_is_left(tmp_path):
+    from trl_rlvr_ext.studies.pretrained_study.pages import PAGE, progress_block
+
+    block = progress_block(PAGE, {"main": _records([10, 11], arms=("lora",))}, tmp_path)["progress"]
+    total = sum(len(arms) for arms in GROUPS.values()) * len(SEEDS)
+    assert f"Not finished: {total - 2} of {total} runs left" in block
+    assert "| a. LoRA initialisers | `lora` | 10, 11 | 12, 13, 14 |" in block
+
+
+def test_method_summary_before_and_while_the_runs_are_pending():
+    from trl_rlvr_ext.studies.pages import MethodSummary
+    from trl_rlvr_ext.studies.verdict_index import method_summary
+
+    summary = MethodSummary("docs/methods/x.md", "s")
+    assert method_summary([], summary).startswith("No runs yet")
+    study = SimpleNamespace(
+        tasks={"t": None}, arms={}, claims=[Claim("c", "rlpo", "lora", "pass@1", smallest_effect=0.02)]
+    )
+    parts = judge_parts("s", study, PageSetting("main", "m", (), seeds=(1, 2, 3)), _records([1, 2]))
+    text = method_summary(parts, summary)
+    assert text.startswith("Not judged yet") and "- c:" in text and "pending: 2 of 3 declared seeds" in text
