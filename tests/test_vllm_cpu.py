@@ -405,3 +405,45 @@ def test_setup_redoes_the_dependencies_only_when_their_versions_change(tmp_path,
     monkeypatch.setattr(setup_module, "REQUIREMENTS", (*setup_module.REQUIREMENTS, "extra-package"))
     dependencies, package = installs(str(tmp_path / "clone-b"))
     assert len(dependencies) == 1  # new versions: the dependencies again
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize(("run", "feature", "state_file"), [
+    ("colocate", "sampling_resume", "rng_state.pth"),
+    ("server", "resume", "vllm_server_sampling.json"),
+])  # fmt: skip
+def test_kill_and_resume_draws_the_same_samples(vllm_runs, run, feature, state_file):
+    """Resumed from step 2, steps 3-4 equal the uninterrupted run's to the bit (logs and vLLM's completions): where
+    vLLM's sampling state lives is in the checkpoint (colocate: the process's torch generator, in transformers'
+    rng_state.pth; server: the index of the next generation's per-request seeds, `trl_rlvr_ext.grpo.vllm_state`).
+    Resumed from a copy without that file, the samples differ: the state is what makes them equal."""
+    result = _feature(vllm_runs, run, feature)
+    assert state_file in result["checkpoint_files"]
+    assert len(result["uninterrupted"]) == 2 and len(result["uninterrupted_completions"]) > 0
+    assert result["resumed"] == result["uninterrupted"]
+    assert result["resumed_completions"] == result["uninterrupted_completions"]
+    assert result["resumed_without_completions"] != result["uninterrupted_completions"]
+    assert result["resumed_without"] != result["uninterrupted"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_dead_server_stops_the_run_with_a_checkpoint_and_nothing_is_lost(vllm_runs):
+    """The server is killed after step 2 of a run that planned no checkpoint: the run stops with one clear error
+    naming the checkpoint it saved first; resumed against a new server, its steps 3-4 are the uninterrupted run's."""
+    death = _feature(vllm_runs, "server", "death")
+    reference = _feature(vllm_runs, "server", "resume")
+    assert death["error_type"] == "VLLMServerDiedError"
+    message = death["message"]
+    assert (
+        message.startswith("Stopped at step 3: the vLLM server at http://127.0.0.1:")
+        and "stopped answering" in message
+    )
+    assert "checkpoint-2" in message and "--resume_from_checkpoint" in message and "trl-rlvr-ext vllm-serve" in message
+    assert death["checkpoints"] == ["checkpoint-2"]
+    assert {"model.safetensors", "optimizer.pt", "rng_state.pth", "vllm_server_sampling.json"} <= set(
+        death["checkpoint_files"]
+    )
+    assert death["resumed"] == reference["uninterrupted"]
+    assert death["resumed_completions"] == reference["uninterrupted_completions"]

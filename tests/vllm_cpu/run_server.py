@@ -5,7 +5,13 @@ itself, waits for it (bounded), trains, and stops it (SIGTERM to its process gro
 
 - ``stale``: a trainer whose sync is disabled (the server keeps the initial weights): the gap check must catch it;
 - ``nsr``: clip_recovery="nsr" with batch reuse; the weights go through a local safetensors file and the server's
-  /collective_rpc (`trl_rlvr_ext.grpo.vllm_cpu.CPUWeightSync`), the gap must stay at float32 level.
+  /collective_rpc (`trl_rlvr_ext.grpo.vllm_cpu.CPUWeightSync`), the gap must stay at float32 level;
+- ``resume``: an uninterrupted run that saves at step 2 and a run resumed from that checkpoint: the server's sampling
+  state is in it (`trl_rlvr_ext.grpo.vllm_state`), so steps 3-4 match to the bit; resumed without that file, they
+  must not;
+- ``death``: the server is killed after step 2 of a run that saves no checkpoint: the run stops with
+  `VLLMServerDiedError` naming the checkpoint it saved first; a new server is started and the run resumes from that
+  checkpoint, and its steps 3-4 match the uninterrupted run's to the bit.
 """
 
 import json
@@ -20,7 +26,16 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_colocate import base_kwargs, build, digit_reward, logp_gaps, train_records
+from run_colocate import (
+    CompletionRecorder,
+    base_kwargs,
+    build,
+    deterministic,
+    digit_reward,
+    logp_gaps,
+    resume_pair,
+    train_records,
+)
 
 
 STARTUP_TIMEOUT_S = 240
@@ -58,6 +73,58 @@ def stop(process):
             process.wait(timeout=30)
 
 
+def server_kwargs(url):
+    return {"vllm_mode": "server", "vllm_server_base_url": url, "vllm_engine_kwargs": None}
+
+
+def resume_feature(model, work, url, server, command, port):
+    kwargs = base_kwargs(work / "resume", clip_recovery="nsr", loss_type="dapo", **server_kwargs(url))
+    return resume_pair(model, kwargs, strip=("vllm_server_sampling.json",)), server
+
+
+class KillServerAt:
+    """A callback that kills the server (its whole process group) once ``step`` steps are done."""
+
+    def __init__(self, server, step):
+        from transformers import TrainerCallback
+
+        self.server, self.step = server, step
+        self.callback = type("Kill", (TrainerCallback,), {"on_step_end": self.on_step_end})()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            stop(self.server)
+
+
+def death_feature(model, work, url, server, command, port):
+    """Kill the server after step 2 (no checkpoint planned): the run must stop with a clear error after saving
+    checkpoint-2; a new server, and the resumed run's steps 3-4 equal the uninterrupted run's (`resume_feature`)."""
+    from trl_rlvr_ext.grpo.vllm_state import VLLMServerDiedError
+
+    out_dir = work / "death"
+    kwargs = base_kwargs(out_dir, clip_recovery="nsr", loss_type="dapo", max_steps=4, **server_kwargs(url))
+    trainer = build(model, CompletionRecorder(), kwargs)
+    trainer.add_callback(KillServerAt(server, 2).callback)
+    result = {"error_type": None}
+    try:
+        trainer.train()
+    except VLLMServerDiedError as error:
+        result["error_type"], result["message"] = type(error).__name__, str(error)
+    result["checkpoints"] = sorted(p.name for p in out_dir.glob("checkpoint-*"))
+    checkpoint = out_dir / "checkpoint-2"
+    result["checkpoint_files"] = sorted(p.name for p in checkpoint.iterdir()) if checkpoint.is_dir() else []
+    # the same server again (same model and options, the same port), and the run resumed from its checkpoint
+    log = open(work / "server2.log", "w")  # noqa: SIM115 -- open while the server runs
+    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    wait_for_server(server, url, STARTUP_TIMEOUT_S)
+    reward = CompletionRecorder()
+    again = build(model, reward, {**kwargs, "output_dir": str(out_dir) + "-resumed"})
+    again.train(resume_from_checkpoint=str(checkpoint))
+    result["resumed"] = deterministic(train_records(again))[2:]  # after the checkpoint's 2 steps
+    result["resumed_completions"] = reward.completions
+    return result, server
+
+
 def main(argv):
     out_path, work = Path(argv[0]), Path(argv[1])
     work.mkdir(parents=True, exist_ok=True)
@@ -92,6 +159,14 @@ def main(argv):
                     "sync": type(trainer._vllm_cpu_sync).__name__,
                     "num_syncs": getattr(trainer._vllm_cpu_sync, "num_syncs", None),
                 }
+            except Exception:  # noqa: BLE001 -- recorded for the test to report
+                results[name] = {"error": traceback.format_exc()[-4000:]}
+            results[name]["seconds"] = time.time() - t0
+            out_path.write_text(json.dumps(results, indent=1, default=str))
+        for name, feature in (("resume", resume_feature), ("death", death_feature)):
+            t0 = time.time()
+            try:
+                results[name], server = feature(model, work, url, server, command, port)
             except Exception:  # noqa: BLE001 -- recorded for the test to report
                 results[name] = {"error": traceback.format_exc()[-4000:]}
             results[name]["seconds"] = time.time() - t0

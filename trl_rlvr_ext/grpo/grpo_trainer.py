@@ -36,6 +36,7 @@ from .popo import PopoMixin
 from .rsi_selection import RSISelectionMixin
 from .signal_check import TrainingSignalCheckMixin
 from .vllm_cpu import install_cpu_weight_sync, vllm_build_patches
+from .vllm_state import install_server_guard
 
 
 # The copies of TRL's methods that match the installed TRL (a clear ImportError on an unsupported version)
@@ -133,6 +134,8 @@ class RLVRGRPOTrainer(
             super().__init__(model, reward_funcs, args=args, **kwargs)
         # vLLM on CPU: weights reach the engine through vLLM's reload path; elsewhere TRL's own sync stays
         self._vllm_cpu_sync = install_cpu_weight_sync(self)
+        # server mode on CPU: the server's sampling state in checkpoints; a checkpoint, then a clear error, if it dies
+        self._vllm_server_guard = install_server_guard(self, self._vllm_cpu_sync)
         self._init_signal_check()  # warns about options that cannot act here; watches the first steps' rewards
         self._poise_setup()  # POISE: the layer to read, the probe's state and its checkpoint file (when on)
         if self.args.relex_record_steps > 0:  # RELEX: records θ_s − θ_0; training itself is unchanged

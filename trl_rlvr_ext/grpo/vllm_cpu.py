@@ -87,6 +87,7 @@ class CPUWeightSync:
         self.generation = generation
         self.directory = directory
         self.num_syncs = 0
+        self.guard = None  # server mode: the `ServerGuard` told when the server stops answering
 
     def __call__(self) -> None:
         generation = self.generation
@@ -104,13 +105,25 @@ class CPUWeightSync:
         self.num_syncs += 1
 
     def _sync_server(self) -> None:
-        from safetensors.torch import save_file
-
         generation = self.generation
-        if not generation.accelerator.is_main_process:
+        if not generation.accelerator.is_main_process or (self.guard is not None and self.guard.dead):
             for _ in generation._iter_named_params():  # take part in the gather collectives (ZeRO-3, FSDP)
                 pass
             return
+        try:
+            self._send_to_server()
+        except Exception as error:
+            from .vllm_state import _is_connection_error
+
+            if self.guard is None or not _is_connection_error(error):
+                raise
+            # the guard stops every process together at the generation that follows (`vllm_state`)
+            self.guard.mark_dead(error, "the weight sync")
+
+    def _send_to_server(self) -> None:
+        from safetensors.torch import save_file
+
+        generation = self.generation
         # Contiguous CPU clones: the PEFT path unmerges the adapter once the iteration ends, and safetensors refuses
         # views. The file lives beside the trainer; the server must run on this host to read it.
         weights = {name: t.detach().to("cpu").contiguous().clone() for name, t in generation._iter_named_params()}
