@@ -338,6 +338,40 @@ def case_poise():
     return summary(trainer, poise_probe={k: v.tolist() for k, v in state["probe"].items()})
 
 
+# The real pretrained model's converted checkpoint (tests/test_sharding.py resolves it once, before the launch, so the
+# two ranks never race to fetch and convert it)
+REAL_MODEL = os.environ.get("TRL_RLVR_EXT_REAL_MODEL")
+
+
+def case_real_model_lora():
+    """GRPO + LoRA on the real pretrained model (SmolLM2-135M-Instruct), 2 steps on one generation batch (reused, so
+    the second step's ratio moves): the sharded paths on a real 30-layer LM, not only on the toy."""
+    if not REAL_MODEL:
+        raise RuntimeError(
+            "TRL_RLVR_EXT_REAL_MODEL is not set: tests/test_sharding.py sets it to the real model's path."
+        )
+    opts = grpo_kwargs("real_model_lora", max_completion_length=4, learning_rate=1e-3, num_iterations=2)
+    peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = RLVRGRPOTrainer(
+        model=REAL_MODEL,
+        reward_funcs=dense_reward,
+        args=config(RLVRGRPOConfig, **opts),
+        train_dataset=prompts(),
+        peft_config=peft,
+    )
+    probe = ShardingProbe(trainer)
+    trainer.add_callback(probe)
+    trainer.train()
+    lora_b = {n: p for n, p in full_params(trainer).items() if "lora_B" in n}
+    return summary(
+        trainer,
+        sharding=probe.sharding,
+        lora_digest=digest(lora_b),
+        lora_b_abs_sum=sum(p.abs().sum().item() for p in lora_b.values()),
+        num_layers=trainer.model.config.num_hidden_layers,
+    )
+
+
 def case_acpo_nsr_delta():
     """ACPO (each rank's own statistics) + NSR rescuing past ACPO's bounds + DelTA's weighted advantages."""
     return nsr_summary(
@@ -577,10 +611,14 @@ CASES = {
     "dpo_stock": case_dpo_stock,
     "isdpo_off": case_isdpo_off,
     "isdpo": case_isdpo,
+    "real_model_lora": case_real_model_lora,
 }
-PER_MODE = {  # the cases each mode runs
+PER_MODE = {  # the cases each mode runs (ZeRO-2 shards no parameter: the real model runs where they are sharded)
     "ddp": [c for c in CASES if c != "eval_callbacks_no_ds3_gather"],
-    "zero2": [*(c for c in CASES if c != "eval_callbacks_no_ds3_gather"), "refuse_self_deepspeed"],
+    "zero2": [
+        *(c for c in CASES if c not in ("eval_callbacks_no_ds3_gather", "real_model_lora")),
+        "refuse_self_deepspeed",
+    ],
     "zero3": [*CASES, "refuse_self_deepspeed"],
     "fsdp2": [
         *(c for c in CASES if c != "eval_callbacks_no_ds3_gather"),
