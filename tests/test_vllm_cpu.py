@@ -447,3 +447,50 @@ def test_a_dead_server_stops_the_run_with_a_checkpoint_and_nothing_is_lost(vllm_
     )
     assert death["resumed"] == reference["uninterrupted"]
     assert death["resumed_completions"] == reference["uninterrupted_completions"]
+
+
+@pytest.fixture(scope="session")
+def colocate_two_processes(tmp_path_factory):
+    """One 2-process launch (the package's multi_gpu.yaml: DDP over gloo on CPU) of tests/vllm_cpu/run_colocate_ddp.py
+    in the vLLM venv, on the real model: each rank's JSON."""
+    from trl_rlvr_ext.data import resolve_model_name_or_path
+
+    python = _setup_venv()
+    model = resolve_model_name_or_path("smollm2-135m-instruct")  # fetched and converted here, once, not per rank
+    out = tmp_path_factory.mktemp("colocate_ddp")
+    config = ROOT / "trl_rlvr_ext" / "recipes" / "accelerate_configs" / "multi_gpu.yaml"
+    command = [
+        str(python.with_name("accelerate")), "launch", "--config_file", str(config), "--num_processes", "2",
+        "--mixed_precision", "no", "--main_process_port", str(_free_port()),
+        str(SCRIPTS / "run_colocate_ddp.py"), str(out), model,
+    ]  # fmt: skip
+    with open(out / "launch.log", "w") as log:
+        process = subprocess.run(
+            command, env=_run_env(), stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S, check=False
+        )
+    tail = (out / "launch.log").read_text()[-3000:]
+    ranks = []
+    for rank in (0, 1):
+        path = out / f"rank{rank}.json"
+        assert path.is_file(), f"rank {rank} wrote nothing (launch exit {process.returncode}):\n{tail}"
+        ranks.append(json.loads(path.read_text()))
+        assert "error" not in ranks[-1], f"rank {rank}:\n{ranks[-1]['error']}"
+    return ranks
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_colocate_with_two_processes_on_the_real_model(colocate_two_processes):
+    """GRPO + NSR + LoRA on SmolLM2-135M-Instruct with vLLM colocated in each of 2 DDP processes: each engine
+    generates its own rank's prompts from the synced weights (TRL's log-prob gap at float32 level: 1e-4 on the
+    30-layer model), the ranks sample different completions, and the step's logs and the trained adapter agree."""
+    left, right = colocate_two_processes
+    for rank in (left, right):
+        assert rank["world_size"] == 2 and rank["distributed_type"] == "DistributedType.MULTI_CPU"
+        assert rank["sync"] == "CPUWeightSync" and rank["num_layers"] == 30
+        assert rank["served"] == [4]  # one generation (reused for 2 steps), this rank's 4 completions only
+        assert rank["gaps"] and all(mean < 1e-4 for mean, _ in rank["gaps"]), rank["gaps"]
+    assert left["completions"] != right["completions"]
+    assert left["records"] == right["records"] and len(left["records"]) == 2
+    assert all(record["grad_norm"] > 0 for record in left["records"])  # the adapter trained
+    assert left["lora_digest"] == right["lora_digest"]
