@@ -483,14 +483,18 @@ def colocate_two_processes(tmp_path_factory):
 def test_colocate_with_two_processes_on_the_real_model(colocate_two_processes):
     """GRPO + NSR + LoRA on SmolLM2-135M-Instruct with vLLM colocated in each of 2 DDP processes: each engine
     generates its own rank's prompts from the synced weights (TRL's log-prob gap at float32 level: 1e-4 on the
-    30-layer model), the ranks sample different completions, and the step's logs and the trained adapter agree."""
+    30-layer model), the ranks sample different completions, and the step's logs and the trained adapter agree.
+    Resumed from the step-2 checkpoint, each rank draws the same completions and logs the same steps 3-4."""
     left, right = colocate_two_processes
     for rank in (left, right):
         assert rank["world_size"] == 2 and rank["distributed_type"] == "DistributedType.MULTI_CPU"
         assert rank["sync"] == "CPUWeightSync" and rank["num_layers"] == 30
-        assert rank["served"] == [4]  # one generation (reused for 2 steps), this rank's 4 completions only
+        assert rank["served"] == [4, 4]  # a generation every 2 steps (reused), this rank's 4 completions only
         assert rank["gaps"] and all(mean < 1e-4 for mean, _ in rank["gaps"]), rank["gaps"]
+        # killed after step 2 and resumed: steps 3-4 again, the same samples and logs to the bit, on each rank
+        assert rank["resumed_completions"] == rank["completions"][4:]
+        assert rank["resumed_records"] == rank["records"][2:]
     assert left["completions"] != right["completions"]
-    assert left["records"] == right["records"] and len(left["records"]) == 2
+    assert left["records"] == right["records"] and len(left["records"]) == 4
     assert all(record["grad_norm"] > 0 for record in left["records"])  # the adapter trained
     assert left["lora_digest"] == right["lora_digest"]

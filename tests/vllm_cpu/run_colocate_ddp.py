@@ -6,9 +6,11 @@ Launched by tests/test_vllm_cpu.py:
         --mixed_precision no --main_process_port <free> tests/vllm_cpu/run_colocate_ddp.py OUT_DIR MODEL
 
 Each process builds its own colocated engine (TRL's ``external_launcher``, tensor-parallel size 1) and generates for
-its own prompts; GRPO + NSR with batch reuse, 2 steps on the real model with a LoRA adapter. Each rank writes
+its own prompts; GRPO + NSR with batch reuse, 4 steps on the real model with a LoRA adapter, saving at step 2; then a
+fresh trainer (and engine) resumed from that checkpoint runs steps 3-4 again. Each rank writes
 ``<OUT_DIR>/rank<k>.json``: its logs, TRL's trainer-vs-vLLM log-prob gaps, how many requests its engine served, the
-world size, the sync in place and a digest of the adapter (the same on both ranks after DDP's all-reduce).
+completions it sampled, the world size, the sync in place, a digest of the adapter (the same on both ranks after
+DDP's all-reduce), and the resumed run's logs and completions of steps 3-4.
 """
 
 import hashlib
@@ -42,7 +44,8 @@ def main(argv):
         from peft import LoraConfig
 
         kwargs = base_kwargs(
-            out / "run", clip_recovery="nsr", loss_type="dapo", max_steps=2, learning_rate=1e-3,
+            out / "run", clip_recovery="nsr", loss_type="dapo", max_steps=4, learning_rate=1e-3,
+            save_strategy="steps", save_steps=2,
             per_device_train_batch_size=4, num_generations=4, max_completion_length=4,
             vllm_max_model_length=256, vllm_engine_kwargs=dict(FP32_ENGINE),
         )  # fmt: skip
@@ -61,6 +64,11 @@ def main(argv):
 
         trainer.vllm_generation.llm.generate = generate
         trainer.train()
+        first = len(COMPLETIONS)
+        # killed after step 2, as it were: a fresh trainer (and engine) resumed from the step-2 checkpoint
+        again = build(model, dense_reward, {**kwargs, "output_dir": str(out / "resumed")}, train_dataset=prompts,
+                      peft_config=peft)  # fmt: skip
+        again.train(resume_from_checkpoint=str(out / "run" / "checkpoint-2"))
         lora = {n: p.detach() for n, p in trainer.model.named_parameters() if "lora_" in n}
         h = hashlib.sha256()
         for name in sorted(lora):
@@ -72,7 +80,9 @@ def main(argv):
             "served": served,
             "gaps": logp_gaps(trainer),
             "records": [{k: v for k, v in r.items() if "time" not in k} for r in train_records(trainer)],
-            "completions": COMPLETIONS,
+            "completions": COMPLETIONS[:first],
+            "resumed_records": [{k: v for k, v in r.items() if "time" not in k} for r in train_records(again)][2:],
+            "resumed_completions": COMPLETIONS[first:],
             "lora_digest": h.hexdigest(),
             "num_layers": trainer.model.config.num_hidden_layers,
         }
