@@ -23,9 +23,10 @@ the same measurement as the toy's benchmark, on the real weights, tokenizer and 
 4. ``precision``: stock GRPO whole steps in bf16 autocast (``bf16=True``, fp32 weights, as TRL's default does on a
    CPU that has bf16) against fp32 (``bf16=False``), alternated round by round; the median of the per-round ratios.
 
-Not measured here on the real model (see the toy's sections of bench/RESULTS.md): SELF, pass-rate sampling and dynamic
-sampling (they act between steps, on the sampler and the generation loop); vLLM against ``generate`` is
-`bench/vllm_cpu.py --model smollm2-135m-instruct`.
+5. ``curation``: SELF, pass-rate sampling and DAPO dynamic sampling against stock GRPO, whole steps with LoRA on the
+   real task (they act between steps, on the sampler and the generation loop: `bench/curation_real_model.py`).
+
+vLLM against ``generate`` is `bench/vllm_cpu.py --model smollm2-135m-instruct`.
 """
 
 import argparse
@@ -48,7 +49,7 @@ import torch
 GRPO_ARMS = ("stock", "nsr", "nsr_expected", "acpo", "diag", "rsi", "rsi_quantile")
 DPO_ARMS = ("stock", "is_dpo", "is_dpo_behavior")
 LORA_LAYERS = ("self_attn.q_proj", "self_attn.k_proj", "mlp.up_proj", "mlp.down_proj")
-PARTS = ("grpo", "dpo", "lora_init", "precision")
+PARTS = ("grpo", "dpo", "lora_init", "precision", "curation")
 
 
 def grpo_part(model_path: str, tmp: str, args) -> None:
@@ -155,13 +156,17 @@ def main(argv=None) -> int:
     parser.add_argument("--rank", type=int, default=16, help="lora_init: LoRA rank")
     parser.add_argument("--lora-repeats", type=int, default=3, help="lora_init: repeats per weight")
     parser.add_argument("--precision-rounds", type=int, default=2, help="precision: alternated rounds per arm")
+    parser.add_argument("--curation-steps", type=int, default=4, help="curation: steps per run (the first warms up)")
+    parser.add_argument("--curation-rounds", type=int, default=3, help="curation: alternated rounds per arm")
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         parser.error(f"--parts: unknown {unknown}; choose among {', '.join(PARTS)}.")
-    if args.stock_steps < 2:
-        parser.error("--stock-steps must be at least 2: the first step is a warm-up and is not counted.")
+    for name in ("stock_steps", "curation_steps"):
+        if getattr(args, name) < 2:
+            flag = "--" + name.replace("_", "-")
+            parser.error(f"{flag} must be at least 2: the first step is a warm-up and is not counted.")
     torch.set_num_threads(args.threads)
     import datasets
     import transformers
@@ -181,6 +186,10 @@ def main(argv=None) -> int:
             lora_init_part(model_path, args)
         if "precision" in parts:
             precision_part(model_path, tmp, args)
+        if "curation" in parts:
+            import curation_real_model
+
+            curation_real_model.curation_part(model_path, tmp, args.curation_steps, args.curation_rounds, args.model)
     print(f"\n{args.model}: parts {', '.join(parts)} in {time.perf_counter() - start:.0f} s")
     return 0
 

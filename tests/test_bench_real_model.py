@@ -13,6 +13,7 @@ import real_model
 
 def test_every_part_runs_and_prints_its_ratios(tiny_model_path, capsys):
     argv = ["--model", tiny_model_path, "--repeats", "1", "--stock-steps", "2", "--dpo-steps", "2"]
+    argv += ["--curation-steps", "2", "--curation-rounds", "1"]
     assert real_model.main([*argv, "--lora-repeats", "1", "--rank", "2", "--precision-rounds", "1"]) == 0
     out = capsys.readouterr().out
     for arm in (*real_model.GRPO_ARMS[1:], "delta", *real_model.DPO_ARMS[1:]):
@@ -21,6 +22,8 @@ def test_every_part_runs_and_prints_its_ratios(tiny_model_path, capsys):
         assert layer in out
     assert "PEFT pissa (full SVD)" in out and "rlpo (randomized)" in out
     assert "step ratio bf16 / fp32:" in out
+    for arm in ("self", "pass_rate", "dynamic_sampling"):
+        assert f"{arm} step ratio: " in out, arm
 
 
 @pytest.mark.parametrize(
