@@ -3,10 +3,11 @@
     python bench/real_model.py --parts curation        # on SmolLM2-135M-Instruct (bench/real_model.py's model)
 
 These options act between steps (which prompts a step gets, how many generation rounds fill it), so their cost is in
-whole steps, not in the loss path: each arm runs ``--curation-steps`` GRPO steps (the first warms up and is not
-counted) on the task the real model's screening found learnable (one-digit products, the demo's settings: LoRA on
-the top 8 layers, 4 prompts x 8 completions, 16 tokens), arms alternated round by round, and the median of the
-per-round ratios of TRL's ``step_time`` (median over a run's counted steps) to stock's is printed. A model that does
+whole steps, not in the loss path: each arm runs ``--curation-steps`` GRPO steps on the task the real model's screening found learnable (one-digit products, the demo's settings: LoRA on
+the top 8 layers, 4 prompts x 8 completions, 16 tokens, each generation batch used for 2 optimiser steps), arms
+alternated round by round. A run's step time is the mean of TRL's ``step_time`` over whole generation cycles (a
+generating step then a reusing one, whose times differ tenfold) after the first cycle, which warms up; the median of
+the per-round ratios to stock's is printed. A model that does
 not read the task (the tiny one of the test) runs the same code paths; its numbers mean nothing.
 
 What each arm's step does beyond stock's, and what to expect:
@@ -32,6 +33,7 @@ OPTIONS = {
     "dynamic_sampling": {"dynamic_sampling": True},
 }
 NUM_GENERATIONS = 8
+STEPS_PER_GENERATION = 2
 
 
 def make_trainer(arm: str, model_path: str, steps: int, out_dir: str, lora_layers: int = 8):
@@ -46,8 +48,8 @@ def make_trainer(arm: str, model_path: str, steps: int, out_dir: str, lora_layer
 
     common = {
         "output_dir": out_dir,
-        "per_device_train_batch_size": 4 * NUM_GENERATIONS // 2,  # 4 prompts, 2 optimiser steps per generation
-        "steps_per_generation": 2,
+        "per_device_train_batch_size": 4 * NUM_GENERATIONS // STEPS_PER_GENERATION,  # 4 prompts per generation
+        "steps_per_generation": STEPS_PER_GENERATION,
         "num_generations": NUM_GENERATIONS,
         "max_completion_length": 16,
         "temperature": 0.7,
@@ -81,6 +83,16 @@ def make_trainer(arm: str, model_path: str, steps: int, out_dir: str, lora_layer
     )
 
 
+def check_steps(steps: int) -> str | None:
+    """Why ``steps`` cannot be measured (None if it can): a warm-up cycle and whole cycles after it."""
+    if steps < 2 * STEPS_PER_GENERATION or steps % STEPS_PER_GENERATION:
+        return (
+            f"must be a multiple of {STEPS_PER_GENERATION} (a generation cycle) and at least "
+            f"{2 * STEPS_PER_GENERATION}: the first cycle warms up, the others are timed."
+        )
+    return None
+
+
 def curation_part(model_path: str, tmp: str, steps: int, rounds: int, label: str) -> dict:
     """Run the arms alternated over ``rounds``; print and return {arm: median step-time ratio to stock}."""
     medians = {arm: [] for arm in ARMS}
@@ -90,15 +102,17 @@ def curation_part(model_path: str, tmp: str, steps: int, rounds: int, label: str
             trainer = make_trainer(arm, model_path, steps, os.path.join(tmp, f"curation-{arm}-{r}"))
             trainer.train()
             logs = trainer.state.log_history
-            medians[arm].append(statistics.median([log["step_time"] for log in logs if "step_time" in log][1:]))
+            times = [log["step_time"] for log in logs if "step_time" in log]
+            medians[arm].append(statistics.fmean(times[STEPS_PER_GENERATION:]))  # whole cycles after the first
             if arm == "self":
                 extra[arm].append(max((log.get("curation/skipped_steps", 0) for log in logs), default=0))
             if arm == "dynamic_sampling":
                 rounds_ = [log["dynamic_sampling/rounds"] for log in logs if "dynamic_sampling/rounds" in log]
                 extra[arm].append(statistics.fmean(rounds_) if rounds_ else float("nan"))
     ratios = {arm: statistics.median(a / s for a, s in zip(medians[arm], medians["stock"])) for arm in ARMS[1:]}
-    print(f"\nCuration options, whole GRPO steps ({steps - 1} counted x {rounds} rounds) on {label}")
-    print(f"stock step: {statistics.median(medians['stock']):.2f} s (median)")
+    counted = steps - STEPS_PER_GENERATION
+    print(f"\nCuration options, whole GRPO steps ({counted} counted x {rounds} rounds) on {label}")
+    print(f"stock step: {statistics.median(medians['stock']):.2f} s (median over rounds of the mean step)")
     notes = {
         "self": f"target <= {1 + 1 / NUM_GENERATIONS:.3f}; skipped steps per run {extra['self']}",
         "pass_rate": "target <= 1.03",

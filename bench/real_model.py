@@ -156,17 +156,21 @@ def main(argv=None) -> int:
     parser.add_argument("--rank", type=int, default=16, help="lora_init: LoRA rank")
     parser.add_argument("--lora-repeats", type=int, default=3, help="lora_init: repeats per weight")
     parser.add_argument("--precision-rounds", type=int, default=2, help="precision: alternated rounds per arm")
-    parser.add_argument("--curation-steps", type=int, default=4, help="curation: steps per run (the first warms up)")
+    parser.add_argument(
+        "--curation-steps", type=int, default=6, help="curation: steps per run (the first generation cycle warms up)"
+    )
     parser.add_argument("--curation-rounds", type=int, default=3, help="curation: alternated rounds per arm")
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         parser.error(f"--parts: unknown {unknown}; choose among {', '.join(PARTS)}.")
-    for name in ("stock_steps", "curation_steps"):
-        if getattr(args, name) < 2:
-            flag = "--" + name.replace("_", "-")
-            parser.error(f"{flag} must be at least 2: the first step is a warm-up and is not counted.")
+    if args.stock_steps < 2:
+        parser.error("--stock-steps must be at least 2: the first step is a warm-up and is not counted.")
+    import curation_real_model
+
+    if (why := curation_real_model.check_steps(args.curation_steps)) is not None:
+        parser.error(f"--curation-steps {args.curation_steps} {why}")
     torch.set_num_threads(args.threads)
     import datasets
     import transformers
@@ -187,8 +191,6 @@ def main(argv=None) -> int:
         if "precision" in parts:
             precision_part(model_path, tmp, args)
         if "curation" in parts:
-            import curation_real_model
-
             curation_real_model.curation_part(model_path, tmp, args.curation_steps, args.curation_rounds, args.model)
     print(f"\n{args.model}: parts {', '.join(parts)} in {time.perf_counter() - start:.0f} s")
     return 0

@@ -2,6 +2,7 @@
 
     python bench/vllm_cpu.py [--rounds 2] [--steps 6] [--batch 8] [--completion-length 32]
     python bench/vllm_cpu.py --model smollm2-135m-instruct --arms vllm   # a real pretrained model instead of the shapes
+    python bench/vllm_cpu.py --model smollm2-135m-instruct --arms vllm,vllm_server   # colocate and server mode
 
 Needs the vLLM venv (``trl-rlvr-ext setup-vllm-cpu``); run from the main venv, it re-runs itself in
 ``$TRL_RLVR_EXT_VLLM_VENV`` (default ``~/.cache/trl_rlvr_ext/vllm-cpu-venv``) and fails, naming the command, when
@@ -12,8 +13,11 @@ there is none. Two shapes, both random, both with vLLM-compatible heads (head si
 
 For each shape and each of ``--rounds`` rounds, one GRPO run per arm (``use_vllm=False``: TRL's transformers
 ``generate``; ``use_vllm=True``: colocated vLLM in float32, synced by `trl_rlvr_ext.grpo.vllm_cpu`, eager
-(``vllm``) and with vLLM's default torch.compile (``vllm_compiled``, ~30 s more to build each engine); ``--arms`` picks
-the vLLM arms), alternated
+(``vllm``) and with vLLM's default torch.compile (``vllm_compiled``, ~30 s more to build each engine); ``vllm_server``:
+server mode against a ``trl-rlvr-ext vllm-serve`` of the same model in float32, started once per model, its weights
+synced through a local file and each prompt sent as its own seeded request (`trl_rlvr_ext.grpo.vllm_state`; the
+server is another process, so it can use the second core while the trainer waits); ``--arms`` picks the vLLM arms),
+alternated
 arm by arm so machine-load drift hits both. Timed: every optimizer step after the first (a step includes the weight
 sync and generation), and each generation call (``_generate_single_turn``). Printed: medians per arm and the ratios
 of medians (transformers / vLLM: > 1 means vLLM is faster). ``OMP_NUM_THREADS=1`` (vLLM makes
@@ -45,7 +49,7 @@ SHAPES = {
         "intermediate_size": 1024,
     },
 }
-ARMS = ("transformers", "vllm", "vllm_compiled")
+ARMS = ("transformers", "vllm", "vllm_compiled", "vllm_server")
 
 
 def _reexec_in_vllm_venv() -> None:
@@ -72,7 +76,7 @@ def reward(completions, **kwargs):
     return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
 
 
-def run_arm(arm, model_path, out_dir, steps, batch, completion_length):
+def run_arm(arm, model_path, out_dir, steps, batch, completion_length, server_url=None):
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
 
@@ -90,6 +94,8 @@ def run_arm(arm, model_path, out_dir, steps, batch, completion_length):
 
     vllm = {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": 256}
     vllm["vllm_engine_kwargs"] = {"enforce_eager": arm == "vllm", "dtype": "float32"}
+    if arm == "vllm_server":
+        vllm = {"use_vllm": True, "vllm_mode": "server", "vllm_server_base_url": server_url}
     args = RLVRGRPOConfig(
         output_dir=out_dir, per_device_train_batch_size=batch, num_generations=4,
         max_completion_length=completion_length, learning_rate=1e-3, max_steps=steps, logging_steps=steps,
@@ -130,11 +136,13 @@ def main():
     if unknown:
         parser.error(f"--arms: unknown {unknown}; choose among {', '.join(ARMS[1:])}.")
     _reexec_in_vllm_venv()
+    import contextlib
     import gc
 
     import vllm
     from safetensors.torch import load_file
 
+    from trl_rlvr_ext.scripts.vllm_serve import background_server
     from trl_rlvr_ext.toy import VLLM_SHAPE, save_tiny_model
 
     print(f"vllm {vllm.__version__}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, batch {args.batch}, "
@@ -154,13 +162,19 @@ def main():
             num_params = sum(t.numel() for f in Path(path).glob("*.safetensors") for t in load_file(str(f)).values())
             steps = {arm: [] for arm in arms}
             gens = {arm: [] for arm in arms}
-            for r in range(args.rounds):
-                for arm in arms if r % 2 == 0 else reversed(arms):
-                    s, g = run_arm(arm, path, os.path.join(tmp, f"{shape}-{arm}-{r}"), args.steps, args.batch,
-                                   args.completion_length)  # fmt: skip
-                    steps[arm] += s
-                    gens[arm] += g
-                    gc.collect()
+            with contextlib.ExitStack() as stack:
+                url = None
+                if "vllm_server" in arms:  # one server per model, up before the first round
+                    server = background_server(path, os.path.join(tmp, f"{shape}-server.log"), "--dtype", "float32",
+                                               "--max_model_len", "256")  # fmt: skip
+                    url = stack.enter_context(server)
+                for r in range(args.rounds):
+                    for arm in arms if r % 2 == 0 else reversed(arms):
+                        s, g = run_arm(arm, path, os.path.join(tmp, f"{shape}-{arm}-{r}"), args.steps, args.batch,
+                                       args.completion_length, server_url=url)  # fmt: skip
+                        steps[arm] += s
+                        gens[arm] += g
+                        gc.collect()
             med = {arm: (statistics.median(steps[arm]), statistics.median(gens[arm])) for arm in arms}
             rows.append((shape, num_params, med))
     print(f"\n{'shape':<10}{'params':>8}  {'vLLM arm':<14}{'step tf':>9}{'step vllm':>11}{'ratio':>7}"

@@ -13,7 +13,7 @@ import real_model
 
 def test_every_part_runs_and_prints_its_ratios(tiny_model_path, capsys):
     argv = ["--model", tiny_model_path, "--repeats", "1", "--stock-steps", "2", "--dpo-steps", "2"]
-    argv += ["--curation-steps", "2", "--curation-rounds", "1"]
+    argv += ["--curation-steps", "4", "--curation-rounds", "1"]
     assert real_model.main([*argv, "--lora-repeats", "1", "--rank", "2", "--precision-rounds", "1"]) == 0
     out = capsys.readouterr().out
     for arm in (*real_model.GRPO_ARMS[1:], "delta", *real_model.DPO_ARMS[1:]):
@@ -27,7 +27,12 @@ def test_every_part_runs_and_prints_its_ratios(tiny_model_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "argv, message", [(["--parts", "grpo,sft"], "unknown ['sft']"), (["--stock-steps", "1"], "at least 2")]
+    "argv, message",
+    [
+        (["--parts", "grpo,sft"], "unknown ['sft']"),
+        (["--stock-steps", "1"], "at least 2"),
+        (["--curation-steps", "5"], "must be a multiple of 2 (a generation cycle) and at least 4"),
+    ],
 )
 def test_bad_options_name_the_fix(argv, message, capsys):
     with pytest.raises(SystemExit):

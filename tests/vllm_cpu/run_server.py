@@ -15,9 +15,6 @@ itself, waits for it (bounded), trains, and stops it (SIGTERM to its process gro
 """
 
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,40 +34,11 @@ from run_colocate import (
     train_records,
 )
 
+from trl_rlvr_ext.scripts.vllm_serve import free_port, stop, wait_until_up
+from trl_rlvr_ext.scripts.vllm_serve import start as start_server
+
 
 STARTUP_TIMEOUT_S = 240
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_server(process, url, timeout):
-    import requests
-
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the vLLM server exited with {process.returncode} before it was up")
-        try:
-            if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(1)
-    raise TimeoutError(f"the vLLM server was not up after {timeout} s")
-
-
-def stop(process):
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
 
 
 def server_kwargs(url):
@@ -116,7 +84,7 @@ def death_feature(model, work, url, server, command, port):
     # the same server again (same model and options, the same port), and the run resumed from its checkpoint
     log = open(work / "server2.log", "w")  # noqa: SIM115 -- open while the server runs
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    wait_for_server(server, url, STARTUP_TIMEOUT_S)
+    wait_until_up(server, url, STARTUP_TIMEOUT_S)
     reward = CompletionRecorder()
     again = build(model, reward, {**kwargs, "output_dir": str(out_dir) + "-resumed"})
     again.train(resume_from_checkpoint=str(checkpoint))
@@ -135,14 +103,12 @@ def main(argv):
         save_tiny_model(model, **VLLM_SHAPE)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "trl_rlvr_ext.scripts.vllm_serve", "--model", model, "--port", str(port)]
-    command += ["--dtype", "float32", "--max_model_len", "128"]
-    results = {"_meta": {"command": command}}
-    start = time.time()
     log = open(work / "server.log", "w")  # noqa: SIM115 -- open while the server runs, closed in `finally`
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    start = time.time()
+    server, command = start_server(model, port, log, "--dtype", "float32", "--max_model_len", "128")
+    results = {"_meta": {"command": command}}
     try:
-        wait_for_server(server, url, STARTUP_TIMEOUT_S)
+        wait_until_up(server, url, STARTUP_TIMEOUT_S)
         results["_meta"]["startup_s"] = time.time() - start
         server_kwargs = {"vllm_mode": "server", "vllm_server_base_url": url, "vllm_engine_kwargs": None}
         for name in ("stale", "nsr"):

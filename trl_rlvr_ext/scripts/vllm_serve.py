@@ -14,8 +14,15 @@ Standard library only until the server starts (``--help`` imports nothing heavy)
 """
 
 import argparse
+import contextlib
 import os
+import signal
+import socket
+import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 
 
 PROG = "trl-rlvr-ext vllm-serve"
@@ -46,6 +53,70 @@ def build_command(args: argparse.Namespace, model_path: str, extra: list[str]) -
     command += ["--worker-extension-cls", WORKER_EXTENSION]
     command += ["--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
     return command + extra
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on at the moment."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_up(process: subprocess.Popen, url: str, timeout: float) -> None:
+    """Return once ``url``/health answers 200; fail if the server exits first or ``timeout`` seconds pass."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the vLLM server exited with {process.returncode} before it was up")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"the vLLM server was not up after {timeout} s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Stop a server started by `start`: SIGTERM to its process group, SIGKILL after 30 s."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+
+
+def start(model: str, port: int, log, *options: str) -> tuple[subprocess.Popen, list[str]]:
+    """Start ``trl-rlvr-ext vllm-serve --model MODEL --port PORT OPTIONS`` with this Python, in its own process group
+    (so that `stop` ends vLLM's engine process too), its output to ``log``; returns it and its command."""
+    command = [
+        sys.executable,
+        "-m",
+        "trl_rlvr_ext.scripts.vllm_serve",
+        "--model",
+        model,
+        "--port",
+        str(port),
+        *options,
+    ]
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return process, command
+
+
+@contextlib.contextmanager
+def background_server(model: str, log_path: str, *options: str, timeout: float = 240):
+    """A server for ``model`` on a free port of 127.0.0.1 while the block runs (benchmarks, tests): yields its URL."""
+    port = free_port()
+    with open(log_path, "w") as log:
+        process, _ = start(model, port, log, *options)
+        try:
+            wait_until_up(process, f"http://127.0.0.1:{port}", timeout)
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            stop(process)
 
 
 def cli_main(argv: list[str] | None = None) -> int:
