@@ -28,7 +28,9 @@ def test_design_declares_every_claim_arm_and_five_fresh_seeds():
     assert SIZES.steps_per_generation > 1  # rollouts are reused, so the clip rules act
     # the commands run every arm, group by group, on every declared seed
     assert [c.split("--arms ")[1].split()[0].split(",") for c in COMMANDS] == [list(g) for g in GROUPS.values()]
-    assert all(c.endswith("--seeds " + ",".join(map(str, SEEDS))) for c in COMMANDS)
+    assert all(
+        f"--seeds {','.join(map(str, SEEDS))} --records docs/evidence/data/pretrained.jsonl" in c for c in COMMANDS
+    )
 
 
 def _pilot(after: list[list[int]], samples: int) -> list[dict]:
@@ -136,3 +138,25 @@ def test_method_summary_before_and_while_the_runs_are_pending():
     parts = judge_parts("s", study, PageSetting("main", "m", (), seeds=(1, 2, 3)), _records([1, 2]))
     text = method_summary(parts, summary)
     assert text.startswith("Not judged yet") and "- c:" in text and "pending: 2 of 3 declared seeds" in text
+
+
+def test_records_restore_finished_runs_so_a_fresh_clone_resumes(tmp_path, capsys):
+    from trl_rlvr_ext.studies.records import export_records, restore_runs
+
+    out = tmp_path / "out"
+    base = ["study", "pretrained", "--quick", "--arms", "base", "--seeds", "0", "--workers", "1"]
+    assert main([*base, "--out_dir", str(out)]) == 0
+    result = json.loads((out / "products" / "base" / "seed0" / "result.json").read_text())
+    records = tmp_path / "pretrained.jsonl"
+    result["quick"] = False  # export refuses smoke runs; this one stands in for a real run
+    (out / "products" / "base" / "seed0" / "result.json").write_text(json.dumps(result))
+    assert export_records(out, records) == 1
+    fresh = tmp_path / "fresh"
+    capsys.readouterr()
+    assert main([*base, "--out_dir", str(fresh), "--records", str(records)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 finished runs restored" in printed and "base / seed 0: done, loading" in printed
+    assert json.loads((fresh / "products" / "base" / "seed0" / "result.json").read_text()) == result
+    assert restore_runs(records, fresh, "pretrained") == 0  # present: left alone
+    with pytest.raises(ValueError, match="record of study 'pretrained', not 'nsr'"):
+        restore_runs(records, tmp_path / "other", "nsr")

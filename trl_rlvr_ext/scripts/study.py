@@ -60,6 +60,12 @@ def make_parser() -> argparse.ArgumentParser:
         help="Smoke run: untrained tiny models, 2 steps, 3 problems x 4 samples. Its numbers mean nothing.",
     )
     parser.add_argument(
+        "--records",
+        default=None,
+        help="A JSONL records file of this study (e.g. docs/evidence/data/<name>.jsonl): its runs are written back to "
+        "--out_dir first where missing, so they are skipped, not redone (resuming on a fresh clone).",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=2,
@@ -172,6 +178,10 @@ def run_main(argv: list[str], command: str) -> int:
     sizes = dataclasses.replace(reference, **overrides)
     suffix = (f"-{args.setting}" if args.setting else "") + ("-quick" if args.quick else "")
     out_dir = args.out_dir or f"outputs/studies/{args.name}{suffix}"
+    if args.records:
+        from ..studies.records import restore_runs
+
+        print(f"{restore_runs(args.records, out_dir, args.name)} finished runs restored from {args.records}")
     workers = min(args.workers, len(seeds))
     if workers > 1:
         _run_workers(argv, seeds, workers)  # every run; then the loop below only loads them and writes the table
@@ -200,14 +210,14 @@ def _run_workers(argv: list[str], seeds: list[int], workers: int) -> None:
     import subprocess
     import threading
 
-    def strip(args: list[str]) -> list[str]:  # ``argv`` without its --seeds / --workers (either spelling)
+    def strip(args: list[str]) -> list[str]:  # ``argv`` without --seeds / --workers / --records (either spelling)
         out, skip = [], False
         for arg in args:
             if skip:
                 skip = False
-            elif arg in ("--seeds", "--workers"):
+            elif arg in ("--seeds", "--workers", "--records"):
                 skip = True
-            elif not arg.startswith(("--seeds=", "--workers=")):
+            elif not arg.startswith(("--seeds=", "--workers=", "--records=")):
                 out.append(arg)
         return out
 

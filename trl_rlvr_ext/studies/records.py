@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from .._io import atomic_write
-from .run_files import RESULTS_GLOB
+from .run_files import RESULTS_GLOB, result_path
 
 
 def end_probe(record: dict) -> dict | None:
@@ -68,3 +68,24 @@ def read_records_text(path: str | Path) -> str:
     """The text of a records file, gzip-compressed (``.gz``) or not."""
     path = Path(path)
     return gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+
+
+def restore_runs(path: str | Path, out_dir: str | Path, study: str) -> int:
+    """Write each record of ``study`` in the JSONL file ``path`` back as its run's ``result.json`` under ``out_dir``
+    where that run has none, so that a study resumed on another machine (a fresh clone, a later session) skips the
+    runs its committed records already hold; returns how many were restored. A run whose result exists is left alone,
+    and a record of another study is refused."""
+    restored = 0
+    for number, line in enumerate(read_records_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if record.get("study") != study:
+            raise ValueError(f"{path}:{number} is a record of study {record.get('study')!r}, not {study!r}.")
+        target = result_path(out_dir, record["task"], record["arm"], record["seed"])
+        if target.is_file():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(target, json.dumps(record, indent=1, default=float))
+        restored += 1
+    return restored

@@ -69,9 +69,11 @@ GROUPS = {
     "a. LoRA initialisers": ("base", "lora", *LORA_INITS),
     "c. clip and credit rules under reuse": tuple(RULES),
 }
-# The commands that run the design, in order (resumable: a finished run is loaded, not redone).
+RECORDS = "docs/evidence/data/pretrained.jsonl"
+# The commands that run the design, in order (resumable: a finished run is loaded, not redone; the runs already in the
+# committed records are restored first, so a fresh clone or a later session continues where the records stop).
 COMMANDS = tuple(
-    f"trl-rlvr-ext study pretrained --arms {','.join(arms)} --seeds {','.join(map(str, SEEDS))}"
+    f"trl-rlvr-ext study pretrained --arms {','.join(arms)} --seeds {','.join(map(str, SEEDS))} --records {RECORDS}"
     for arms in GROUPS.values()
 )
 

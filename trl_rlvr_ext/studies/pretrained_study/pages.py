@@ -7,10 +7,9 @@ from pathlib import Path
 
 from ..markdown import table
 from ..pages import MethodSummary, Page, PageSetting
-from .design import CLAIMS, COMMANDS, GROUPS, LORA_SETTINGS, SEEDS, SIZES, pilot_mde
+from .design import CLAIMS, COMMANDS, GROUPS, LORA_SETTINGS, RECORDS, SEEDS, SIZES, pilot_mde
 
 
-RECORDS = "docs/evidence/data/pretrained.jsonl"
 # The pilot: the demo's two seeds of stock GRPO + LoRA on the same task and sizes, 8 samples per problem.
 PILOT_RECORDS = "docs/evidence/data/real_model_demo.jsonl"
 PILOT_SAMPLES = (8, 16, SIZES.eval_samples)
