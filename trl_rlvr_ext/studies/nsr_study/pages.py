@@ -2,6 +2,7 @@
 bound each clipped token is, and the choice of a clip regime on the calibration records (`choose_clip_regime`)."""
 
 import itertools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,22 @@ def _edge_labels(edges: tuple[float, ...]) -> list[str]:
     return [f"[{lo:g}, {hi:g})" for lo, hi in itertools.pairwise(edges)]
 
 
+def near_bound_rescue_share(shares, edges: tuple[float, ...], side: str) -> float:
+    """Of NSR's expected rescue weight over the clipped tokens binned by ``edges`` (shares per bin), the share in the
+    bins within 25 % of the bound: low side x = r / (1 − ε_low) >= 0.75, high side y = r / (1 + ε_high) < 1.25. Each
+    bin's tokens sit at its midpoint (an open last bin at its lower edge); the weight per token is the rule's
+    `nsr_expected_weight` at ε = 0 on the normalised ratio (x²/2, 1/(2y²))."""
+    import torch
+
+    from ...losses.clip_recovery import nsr_expected_weight
+
+    points = [lo if math.isinf(hi) else (lo + hi) / 2 for lo, hi in itertools.pairwise(edges)]
+    weights = nsr_expected_weight(torch.tensor(points, dtype=torch.float64), 0.0, 0.0, side).numpy()
+    mass = np.asarray(shares, dtype=float) * weights
+    near = np.array([lo >= 0.75 if side == "low" else hi <= 1.25 for lo, hi in itertools.pairwise(edges)])
+    return float(mass[near].sum() / mass.sum()) if mass.sum() else float("nan")
+
+
 def clipped_ratio_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
     """How far past its bound each clipped token is (the off-policy diagnostics' histograms, ``off_policy/clipped_
     {low,high}_hist{k}``): per arm and side, the clipped tokens with a training signal counted over every logged
@@ -83,7 +100,7 @@ def clipped_ratio_block(page: "Page", setting: PageSetting, task: str, records: 
     )
     lines = []
     for side, label, edges in sides:
-        rows = []
+        rows, near = [], []
         for arm in arm_order(page, records):
             runs = [r for r in records if r["arm"] == arm and setting.matches(r)]
             keys = [f"off_policy/clipped_{side}_hist{k}" for k in range(len(edges) - 1)]
@@ -96,16 +113,22 @@ def clipped_ratio_block(page: "Page", setting: PageSetting, task: str, records: 
             total = counts.sum(0)
             shares = total / total.sum() if total.sum() else total
             seeds = ",".join(str(r["seed"]) for r in sorted(logged, key=lambda r: r["seed"]))
+            near.append(f"{arm} {near_bound_rescue_share(shares, edges, side):.2f}")
             rows.append([f"{arm} ({total.sum():.0f} tokens, seeds {seeds})", *(f"{v:.2f}" for v in shares)])
         if rows:
             lines += [f"Clipped on the {side} side, share per bin of {label}:", ""]
             lines += table(["arm", *_edge_labels(edges)], rows) + [""]
+            lines += [f"NSR's expected rescue weight within 25 % of the bound ({side} side): {', '.join(near)}.", ""]
     if not lines:
         return {}
     lines.append(
         "Tokens: the clipped tokens with a non-zero advantage, summed over every step and the seeds listed (seeds "
         "without the diagnostics are left out). A share near the bound (the low side's last bin, the high side's "
-        "first) is a token just past the clip."
+        "first) is a token just past the clip. NSR's expected rescue weight within 25 %: of the gradient weight NSR's "
+        "rescue gives these tokens in expectation (its rule's E[u 1{rescued}], `nsr_expected_weight`: x²/2 for x = r / (1 − ε_low), 1/(2y²) for "
+        "y = r / (1 + ε_high)), the share on tokens within 25 % of the bound (x >= 0.75, y < 1.25), from the bins' "
+        "midpoints (the open last high bin at its lower edge, which overstates its weight: the high side's share is "
+        "then a lower bound)."
     )
     return {"clipped_ratios": "\n".join(lines)}
 
