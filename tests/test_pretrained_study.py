@@ -100,7 +100,7 @@ def test_task_temperature_is_checked_and_reaches_training():
     assert StudyTask("t", "d", "r", lambda quick: "", lambda row: "", 4).temperature == 1.0
 
 
-def test_study_workers_split_the_seeds(tmp_path, capsys):
+def test_study_workers_split_the_seeds(tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     argv = ["study", "pretrained", "--quick", "--arms", "base,lora", "--seeds", "0,1", "--out_dir", str(out)]
     assert main(argv) == 0
@@ -108,11 +108,20 @@ def test_study_workers_split_the_seeds(tmp_path, capsys):
     assert "[worker 0] seeds 0" in printed and "[worker 1] seeds 1" in printed
     for seed in (0, 1):
         result = json.loads((out / "products" / "lora" / f"seed{seed}" / "result.json").read_text())
-        # each worker ran its own seed, one thread, and says so
-        assert result["command"].endswith(f"--seeds {seed} --workers 1")
+        # each worker ran its own seed with one thread, and records the command that was typed, not its own
+        assert result["command"] == "trl-rlvr-ext study " + " ".join(argv[1:])
         assert result["provenance"]["num_threads"] == 1
         assert result["grpo_config"]["temperature"] == 0.7
     assert "| lora |" in (out / "results.md").read_text()
+    # finished: a rerun starts no process, it only loads
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "[worker" not in printed and printed.count("done, loading") == 4
+    # a bad choice fails once, in this process, before any worker starts
+    monkeypatch.setenv("TRL_RLVR_EXT_DEBUG", "1")  # the CLI re-raises its clear errors instead of one line
+    with pytest.raises(ValueError, match=r"Unknown arm\(s\) \['lorra'\]"):
+        main(["study", "pretrained", "--quick", "--arms", "lorra", "--seeds", "0,1", "--out_dir", str(out)])
+    assert "[worker" not in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--workers must be at least 1, got 0"):
         main(["study", "pretrained", "--quick", "--workers", "0", "--out_dir", str(out)])
 

@@ -78,6 +78,8 @@ def make_parser() -> argparse.ArgumentParser:
         default=1,
         help="torch threads per process (with the default 2 workers on 2 cores: one each, so that wall times compare).",
     )
+    # A worker of --workers N records the command its parent was given, not its own.
+    parser.add_argument("--recorded_command", default=None, help=argparse.SUPPRESS)
     for field in dataclasses.fields(StudySizes):
         parser.add_argument(
             f"--{field.name}",
@@ -158,7 +160,8 @@ def report_main(argv: list[str]) -> int:
 
 def run_main(argv: list[str], command: str) -> int:
     """``trl-rlvr-ext study [run] <name> ...``: run (or resume) a study; ``command`` is recorded in every result."""
-    from ..studies import StudySizes, get_study, run_study
+    from ..studies import StudySizes, get_study, plan_study, run_study
+    from ..studies.runner import result_path
 
     args = make_parser().parse_args(argv)
     try:
@@ -182,31 +185,37 @@ def run_main(argv: list[str], command: str) -> int:
         from ..studies.records import restore_runs
 
         print(f"{restore_runs(args.records, out_dir, args.name)} finished runs restored from {args.records}")
-    workers = min(args.workers, len(seeds))
-    if workers > 1:
-        _run_workers(argv, seeds, workers)  # every run; then the loop below only loads them and writes the table
+    selection = {"tasks": _list(args.tasks), "arms": _list(args.arms), "setting": args.setting}
+    selection.update(reward=args.reward, base_model=args.base_model)
+    if args.workers > 1:
+        # a bad choice fails here, once, before any process starts
+        plan = plan_study(study, out_dir, seeds=seeds, **selection)
+        pending = [  # the seeds with a run left: a finished study resumes in this process, only loading
+            seed
+            for seed in plan.seeds
+            if any(not result_path(out_dir, t, a, seed).is_file() for t in plan.tasks for a in plan.arms)
+        ]
+        if len(pending) > 1:  # every run left; then the loop below only loads them and writes the table
+            _run_workers(argv, pending, min(args.workers, len(pending)), args.recorded_command or command)
     import torch
 
     torch.set_num_threads(args.num_threads)
     run_study(
         study,
         out_dir,
-        tasks=_list(args.tasks),
-        arms=_list(args.arms),
         seeds=seeds,
         sizes=sizes,
         quick=args.quick,
-        command=command,
-        setting=args.setting,
-        reward=args.reward,
-        base_model=args.base_model,
+        command=args.recorded_command or command,
+        **selection,
     )
     return 0
 
 
-def _run_workers(argv: list[str], seeds: list[int], workers: int) -> None:
+def _run_workers(argv: list[str], seeds: list[int], workers: int, recorded: str) -> None:
     """Run ``argv`` as ``workers`` processes side by side, process k on seeds[k::workers] (each with ``--workers 1``),
-    their output lines prefixed with their seeds; fails naming the processes that failed."""
+    their output lines prefixed with their seeds; fails naming the processes that failed. Each records ``recorded``
+    (the one typed) in its results, not its own."""
     import subprocess
     import threading
 
@@ -215,16 +224,17 @@ def _run_workers(argv: list[str], seeds: list[int], workers: int) -> None:
         for arg in args:
             if skip:
                 skip = False
-            elif arg in ("--seeds", "--workers", "--records"):
+            elif arg in ("--seeds", "--workers", "--records", "--recorded_command"):
                 skip = True
-            elif not arg.startswith(("--seeds=", "--workers=", "--records=")):
+            elif not arg.startswith(("--seeds=", "--workers=", "--records=", "--recorded_command=")):
                 out.append(arg)
         return out
 
     processes = []
     for k in range(workers):
         part = ",".join(str(seed) for seed in seeds[k::workers])
-        command = [sys.executable, "-m", "trl_rlvr_ext.cli", "study", *strip(argv), "--seeds", part, "--workers", "1"]
+        command = [sys.executable, "-m", "trl_rlvr_ext.cli", "study", *strip(argv), "--seeds", part]
+        command += ["--workers", "1", "--recorded_command", recorded]
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         processes.append((part, process))
         print(f"[worker {k}] seeds {part}: pid {process.pid}", flush=True)

@@ -6,7 +6,7 @@
 
 from .design import QUICK, Arm, Column, Setting, Study, StudySizes, StudyTask, log_column, train_log_series
 from .registry import STUDIES, get_study
-from .runner import run_study
+from .runner import StudyPlan, plan_study, run_study
 from .summary import summarize
 
 
@@ -17,10 +17,12 @@ __all__ = [
     "Column",
     "Setting",
     "Study",
+    "StudyPlan",
     "StudySizes",
     "StudyTask",
     "get_study",
     "log_column",
+    "plan_study",
     "run_study",
     "summarize",
     "train_log_series",

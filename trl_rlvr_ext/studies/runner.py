@@ -256,25 +256,30 @@ def _expand_arm_sets(study: Study, arms: list[str], tasks: list[str] | None, out
     return expanded
 
 
-def run_study(
+@dataclasses.dataclass(frozen=True)
+class StudyPlan:
+    """What `run_study` will run, checked: the study (with any dataset tasks added), its tasks, arms (in run order,
+    arm sets expanded) and seeds."""
+
+    study: Study
+    tasks: list[str]
+    arms: list[str]
+    seeds: list[int]
+
+
+def plan_study(
     study: Study,
     out_dir: str | os.PathLike,
     tasks: list[str] | None = None,
     arms: list[str] | None = None,
     seeds: list[int] | None = None,
-    sizes: StudySizes | None = None,
-    quick: bool = False,
-    command: str = "",
-    log: Callable[[str], None] = print,
     setting: str | None = None,
     reward: str | None = None,
     base_model: str | None = None,
-) -> list[dict]:
-    """Run (or resume) ``study``; returns the results of every selected run, after writing the table and plots.
-
-    ``setting`` names one of ``study.settings``: its sizes are the default ``sizes`` and its config is merged over
-    every training arm's. An entry of ``tasks`` may be a dataset name instead of one of the study's tasks
-    (`trl_rlvr_ext.studies.user_tasks`; ``reward`` and ``base_model`` are for those)."""
+) -> StudyPlan:
+    """Check a selection of `run_study`'s arguments and return what it would run; every bad choice raises a
+    ``ValueError`` naming the fix, before anything runs (``trl-rlvr-ext study --workers N`` calls it before starting
+    its processes, so that a typo fails once, in the parent, not in every worker)."""
     if setting is not None:
         study.get_setting(setting)  # an unknown name fails before anything runs
     if tasks or reward or base_model:
@@ -312,11 +317,36 @@ def run_study(
         repeated = sorted({str(c) for c in chosen or [] if list(chosen).count(c) > 1})
         if repeated:  # a repeated name would count the same run twice in the table's mean and sd
             raise ValueError(f"{kind.capitalize()}(s) {repeated} given more than once: name each once.")
+    return StudyPlan(study, list(tasks or study.tasks), order, seeds)
+
+
+def run_study(
+    study: Study,
+    out_dir: str | os.PathLike,
+    tasks: list[str] | None = None,
+    arms: list[str] | None = None,
+    seeds: list[int] | None = None,
+    sizes: StudySizes | None = None,
+    quick: bool = False,
+    command: str = "",
+    log: Callable[[str], None] = print,
+    setting: str | None = None,
+    reward: str | None = None,
+    base_model: str | None = None,
+) -> list[dict]:
+    """Run (or resume) ``study``; returns the results of every selected run, after writing the table and plots.
+
+    ``setting`` names one of ``study.settings``: its sizes are the default ``sizes`` and its config is merged over
+    every training arm's. An entry of ``tasks`` may be a dataset name instead of one of the study's tasks
+    (`trl_rlvr_ext.studies.user_tasks`; ``reward`` and ``base_model`` are for those). The selection is checked first
+    (`plan_study`)."""
+    plan = plan_study(study, out_dir, tasks, arms, seeds, setting=setting, reward=reward, base_model=base_model)
+    study, order, seeds = plan.study, plan.arms, plan.seeds
     sizes = sizes or study.default_sizes(quick, setting)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = []
-    for task_name in tasks or list(study.tasks):
+    for task_name in plan.tasks:
         # seed by seed, so that an interrupted study has every arm at its first seeds
         for seed in seeds:
             for arm_name in order:
