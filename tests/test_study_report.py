@@ -130,7 +130,7 @@ def test_synthetic_records_render_and_judge_as_constructed(tmp_path):
 def test_trivial_baselines_are_rows_and_a_baseline_and_their_absence_is_handled(tmp_path):
     study = get_study("self")
     setting = PAGES["self"].settings[0]
-    sizes = setting.match
+    sizes = {**setting.match, "num_prompts": 4, "steps_per_generation": 2}
     records = [_record("base", s, [8] * 40 + [0] * 10, num_samples=256, sizes=sizes) for s in range(3)]
     records += [_record("grpo", s, [8] * 40 + [0] * 10, num_samples=256, sizes=sizes) for s in range(3)]
     _write(tmp_path, setting.records[0], records)
@@ -209,6 +209,39 @@ def test_boundary_per_problem_counts_lost_and_gained_against_the_same_seed_base(
     table = boundary_block(page, setting, "toy", base + grpo)["boundary"]
     # seed 0 lost problem 0 and gained problems 2 and 3; seed 1 lost and gained nothing: net (1 + 0) / 2 / 4 problems
     assert "| grpo | 0,1 | 1 / 0 | 2 / 0 | +0.125 [" in table
+
+
+def test_the_budget_table_counts_updates_prompts_and_the_k_below_the_base():
+    from trl_rlvr_ext.studies.self_study.pages import budget_block
+
+    page, setting = PAGES["self"], PAGES["self"].settings[0]
+    sizes = {**dict(setting.match), "num_prompts": 4, "steps_per_generation": 2}
+
+    def run(arm, seed, pass_at_k, log=()):
+        # the run's own max_steps (10) is its GRPO config's, as when an arm stops early
+        config = {"max_steps": 10}
+        return {
+            "arm": arm,
+            "seed": seed,
+            "sizes": sizes,
+            "grpo_config": config,
+            "pass_at_k": pass_at_k,
+            "train_log": list(log),
+        }
+
+    base = [run("base", s, {"1": 0.5, "4": 0.8}) for s in (0, 1)]
+    # grpo: 10 updates and 5 batches x 4 prompts = 20 prompts per seed; mean pass@1 gap (+0.1 - 0.2) / 2 < 0, pass@4 0
+    grpo = [run("grpo", 0, {"1": 0.6, "4": 0.8}), run("grpo", 1, {"1": 0.3, "4": 0.8})]
+    # self seed 0: 3 steps skipped; kept prompts 2 per batch over steps 0-4 (2 batches), 1 over steps 4-10 (3): 7
+    log = [{"step": 4, "curation/kept_prompts": 2.0}, {"step": 10, "curation/kept_prompts": 1.0}]
+    log += [{"step": 10, "curation/skipped_steps": 3}]
+    selfs = [run("self", 0, {"1": 0.4, "4": 0.7}, log), run("self", 1, {"1": 0.4, "4": 0.7})]
+    table = budget_block(page, setting, base + grpo + selfs)["budget"]
+    assert "| grpo | 0,1 | 10 / 10 | 10 | 20 / 20 | 1 |" in table
+    assert "| self | 0,1 | 7 / 10 | 10 | 7 / 20 | every k |" in table
+    # an arm with one seed has no mean to compare, and no trained arm means no block
+    assert "| self |" not in budget_block(page, setting, base + selfs[:1]).get("budget", "")
+    assert budget_block(page, setting, base) == {}
 
 
 def test_clipped_ratio_histograms_sum_the_logged_counts_per_side():
@@ -393,7 +426,7 @@ def test_comparisons_that_read_a_base_chosen_on_the_test_set_are_exploratory(tmp
 
     study = get_study("self")
     setting = PAGES["self"].settings[0]
-    sizes = setting.match
+    sizes = {**setting.match, "num_prompts": 4, "steps_per_generation": 2}
     records = []
     for task in ("number_sorting", "chain_sum"):
         base_model = f"/cache/reasoning_gym/{DIGEST_IN_USE[task]}"

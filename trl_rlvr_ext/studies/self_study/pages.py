@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import base_steps
+from ..budgets import prompts_trained, updates_made
 from ..gym_bases import pass_rate_spread
 from ..judging import judged_records
 from ..markdown import interval, marked, seed_ranges, signed, table
@@ -26,6 +27,20 @@ from ..verdicts import Claim, judge
 from . import make_study
 
 
+def _arms_against_the_base(page: "Page", setting: PageSetting, records: list[dict], base: dict[int, dict]):
+    """``(arm, runs)`` of every trained arm with at least 2 seeds of this setting that the base also ran, in page
+    order, the runs sorted by seed."""
+    for arm in arm_order(page, records):
+        if arm == "base" or arm.startswith(TRIVIAL_PREFIX):
+            continue
+        runs = sorted(
+            (r for r in records if r["arm"] == arm and r["seed"] in base and setting.matches(r)),
+            key=lambda r: r["seed"],
+        )
+        if len(runs) >= 2:
+            yield arm, runs
+
+
 def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
     """The boundary per problem: against the same-seed base, the problems an arm lost (the base solved them at least
     once in its n samples, the arm never) and gained (the reverse), per seed; the net change, gained − lost, is
@@ -36,15 +51,7 @@ def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[
         "| arm | seeds | lost (per seed) | gained (per seed) | net per problem [95 % interval] |",
         "|---|---|---|---|---|",
     ]
-    for arm in arm_order(page, records):
-        if arm == "base" or arm.startswith(TRIVIAL_PREFIX):
-            continue
-        runs = sorted(
-            (r for r in records if r["arm"] == arm and r["seed"] in base and setting.matches(r)),
-            key=lambda r: r["seed"],
-        )
-        if len(runs) < 2:
-            continue
+    for arm, runs in _arms_against_the_base(page, setting, records, base):
         solved = {r["seed"]: np.asarray(r["num_correct"]) > 0 for r in runs}
         base_solved = {s: np.asarray(base[s]["num_correct"]) > 0 for s in solved}
         lost = [int((base_solved[s] & ~solved[s]).sum()) for s in solved]
@@ -74,12 +81,48 @@ def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[
     return {"boundary": "\n".join(lines)}
 
 
+def budget_block(page: "Page", setting: PageSetting, records: list[dict]) -> dict[str, str]:
+    """What each trained arm spent and where it sits against the same-seed base, rendered so that the prose need not
+    state it: the updates made per seed (`budgets.updates_made`: a step whose prompts curation all skipped makes
+    none), the prompts trained on (`budgets.prompts_trained`) and the k at which the arm's mean pass@k over its seeds is below the mean of the same seeds' base."""
+    base = {r["seed"]: r for r in records if r["arm"] == "base"}
+    lines = [
+        (
+            "| arm | seeds | updates made (per seed) | of steps | prompts trained on (per seed) "
+            "| mean pass@k below the same-seed base's at k |"
+        ),
+        "|---|---|---|---|---|---|",
+    ]
+    for arm, runs in _arms_against_the_base(page, setting, records, base):
+        steps = sorted({(r.get("grpo_config") or {}).get("max_steps", r["sizes"]["max_steps"]) for r in runs})
+        ks = [k for k in runs[0]["pass_at_k"] if all(k in base[r["seed"]]["pass_at_k"] for r in runs)]
+        gaps = {k: np.mean([r["pass_at_k"][k] - base[r["seed"]]["pass_at_k"][k] for r in runs]) for k in ks}
+        below = [k for k in ks if gaps[k] < 0]
+        where = "every k" if below == ks else ("none" if not below else ", ".join(below))
+        updates = " / ".join(str(updates_made(r)) for r in runs)
+        prompts = " / ".join(f"{prompts_trained(r):.0f}" for r in runs)
+        seeds = ",".join(str(r["seed"]) for r in runs)
+        lines.append(f"| {arm} | {seeds} | {updates} | {' / '.join(map(str, steps))} | {prompts} | {where} |")
+    if len(lines) == 2:
+        return {}
+    lines += [
+        "",
+        (
+            f"k of the Pass@k table: {', '.join(ks)}. Updates made: the optimizer steps with a loss; a step whose "
+            "prompts curation all skipped makes none. Prompts trained on: summed over the generation batches (a "
+            "prompt curation skips is not trained on)."
+        ),
+    ]
+    return {"budget": "\n".join(lines)}
+
+
 def mechanism_blocks(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
-    """The SELF page's blocks per task and setting: the boundary per problem (`boundary_block`) and the change of
+    """The SELF page's blocks per task and setting: the boundary per problem (`boundary_block`), the arms' budgets
+    against the base (`budget_block`) and the change of
     pass@1 per group of problems by independent base pass rate, with the unbiased winner-take-all
     (`trl_rlvr_ext.studies.mechanisms`)."""
     records = judged_records(records)
-    blocks = boundary_block(page, setting, task, records)
+    blocks = {**boundary_block(page, setting, task, records), **budget_block(page, setting, records)}
     study = make_study()
     bases = [r for r in records if r["arm"] == "base"]
     trained = [r for r in records if not is_untrained(study, r["arm"]) and setting.matches(r)]
