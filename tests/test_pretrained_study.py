@@ -59,6 +59,20 @@ def test_pilot_mde_by_hand():
         pilot_mde(pilot[:1], 8)
 
 
+def test_seed_spread_by_hand():
+    from trl_rlvr_ext.studies.pretrained_study.pages import seed_spread
+
+    arm = {0: np.array([1.0, 0.0]), 1: np.array([0.5, 0.5])}
+    baseline = {0: np.array([0.0, 0.0]), 1: np.array([0.5, 0.5])}
+    realised, sampling = seed_spread(arm, baseline, samples=3)
+    # per-seed mean differences 0.5 and 0: sd (ddof 1) = sqrt(0.125)
+    assert realised == pytest.approx(math.sqrt(0.125))
+    # binomial: seed 0 has none (every rate 0 or 1); seed 1: (4 x 0.25) / (3 - 1) / 2² = 0.125; mean 0.0625
+    assert sampling == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        seed_spread(arm, {0: baseline[0]}, samples=3)
+
+
 def _records(seeds, arms=("lora", "rlpo")):
     rng = np.random.default_rng(0)
     return [
