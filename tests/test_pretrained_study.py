@@ -26,6 +26,17 @@ def test_design_declares_every_claim_arm_and_five_fresh_seeds():
         assert claim.arm in arms and claim.baseline == "lora"
     assert study.tasks["products"].temperature == 0.7
     assert SIZES.steps_per_generation > 1  # rollouts are reused, so the clip rules act
+    # the next methods train with their own option on and nothing else changed; what is not run says so
+    from trl_rlvr_ext.studies.pretrained_study import NEXT_METHODS, NOT_RUN
+
+    assert study.arms["rsi_s"].config == {
+        "rsi_selection": "quantile",
+        "rsi_quantile_low": 0.1,
+        "rsi_quantile_high": 0.9,
+    }
+    assert study.arms["popo"].config == {"objective": "popo"} and study.arms["popo"].peft == study.arms["lora"].peft
+    assert set(NEXT_METHODS) == set(GROUPS["e. next methods"])
+    assert {"POISE", "RELEX"} <= set(NOT_RUN) and any(k.startswith("b.") for k in NOT_RUN)
     # the commands run every arm, group by group, on every declared seed
     assert [c.split("--arms ")[1].split()[0].split(",") for c in COMMANDS] == [list(g) for g in GROUPS.values()]
     assert all(

@@ -3,7 +3,8 @@ screening found learnable (one-digit products, chat prompts, the last number of 
 
 Arms (`design.GROUPS`, in run order): ``base`` (the model untrained), ``lora`` (stock GRPO + LoRA, PEFT's default
 init), the LoRA initialisers ``rlpo``, ``rlmo``, ``pissa``, ``milora`` (`RLVRGRPOConfig.lora_init`) and, each on the
-default init, the rules ``nsr`` (`clip_recovery`), ``acpo`` (`adaptive_clip`) and ``delta`` (`token_credit`). Every
+default init, the rules ``nsr`` (`clip_recovery`), ``acpo`` (`adaptive_clip`) and ``delta`` (`token_credit`), and the
+next methods ``rsi_s`` (`rsi_selection`) and ``popo`` (`objective`). Every
 trained arm uses the same adapter, sizes and learning rate (`design`); the claims and the pilot's sizing are declared
 there, before the runs.
 
@@ -23,6 +24,8 @@ from .design import (  # noqa: F401  (re-exported: the study's names)
     LORA_SETTINGS,
     MAX_COMPLETION_LENGTH,
     MODEL,
+    NEXT_METHODS,
+    NOT_RUN,
     RULES,
     SEEDS,
     SIZES,
@@ -63,7 +66,7 @@ def make_study() -> Study:
     arms = {"base": Arm("base", train=False), "lora": Arm("lora", peft=dict(LORA_SETTINGS))}
     for method in LORA_INITS:
         arms[method] = Arm(method, config={"lora_init": method}, peft=dict(LORA_SETTINGS))
-    for name, options in RULES.items():
+    for name, options in {**RULES, **NEXT_METHODS}.items():
         arms[name] = Arm(name, config=dict(options), peft=dict(LORA_SETTINGS))
     task = StudyTask(
         TASK,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..markdown import table
+from ..markdown import mean_sd, table
 from ..pages import MethodSummary, Page, PageSetting
-from .design import CLAIMS, COMMANDS, GROUPS, LORA_SETTINGS, RECORDS, SEEDS, SIZES, pilot_mde
+from .design import CLAIMS, COMMANDS, GROUPS, LORA_SETTINGS, NOT_RUN, RECORDS, SEEDS, SIZES, pilot_mde
 
 
 # The pilot: the demo's two seeds of stock GRPO + LoRA on the same task and sizes, 8 samples per problem.
@@ -62,7 +62,23 @@ def design_block(page: Page, settings_records: dict[str, list[dict]], root: Path
         + f"; then `trl-rlvr-ext study export pretrained outputs/studies/pretrained {RECORDS}` and "
         "`trl-rlvr-ext study report pretrained`.",
     ]
+    lines.append("- **Not run**: " + "; ".join(f"{what}: {why}" for what, why in NOT_RUN.items()) + ".")
     return {"design": "\n".join(lines)}
+
+
+def ceiling_block(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
+    """Why SELF's boundary group is not run here: the base's and stock GRPO + LoRA's pass@K at the largest k the
+    design evaluates (K = its samples per problem), over the seeds each has run."""
+    k = str(SIZES.eval_samples)
+    rows = []
+    for arm in ("base", "lora"):
+        runs = sorted((r for r in settings_records["main"] if r["arm"] == arm), key=lambda r: r["seed"])
+        if runs:
+            values = [r["pass_at_k"][k] for r in runs]
+            rows.append([f"`{arm}`", ", ".join(str(r["seed"]) for r in runs), mean_sd(values)])
+    if not rows:
+        return {"ceiling": "Neither the base nor stock GRPO + LoRA has run yet."}
+    return {"ceiling": "\n".join(table(["arm", "seeds", f"pass@{k} (mean ± sd over seeds)"], rows))}
 
 
 def progress_block(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
@@ -141,6 +157,7 @@ def pretrained_page_blocks(page: Page, settings_records: dict[str, list[dict]], 
         **design_block(page, settings_records, root),
         **progress_block(page, settings_records, root),
         **sizing_block(page, settings_records, root),
+        **ceiling_block(page, settings_records, root),
     }
 
 
@@ -157,6 +174,8 @@ PAGE = Page(
         MethodSummary("docs/methods/nsr.md", "pretrained", lambda c: c.arm == "nsr"),
         MethodSummary("docs/methods/acpo.md", "pretrained", lambda c: c.arm == "acpo"),
         MethodSummary("docs/methods/delta.md", "pretrained", lambda c: c.arm == "delta"),
+        MethodSummary("docs/methods/rsi.md", "pretrained", lambda c: c.arm == "rsi_s"),
+        MethodSummary("docs/methods/popo.md", "pretrained", lambda c: c.arm == "popo"),
     ),
     method_of_arm={
         "rlpo": "RLPO / RLMO",
@@ -166,5 +185,7 @@ PAGE = Page(
         "nsr": "NSR",
         "acpo": "ACPO",
         "delta": "DelTA",
+        "rsi_s": "RSI-S",
+        "popo": "POPO",
     },
 )
