@@ -87,8 +87,10 @@ NOT_RUN = {
     ),
     "d. IS-DPO on the model's own samples": "not declared yet: it needs a DPO design of its own (pairs, rates, KL grid)",
     "POISE": (
-        "not declared yet: its claim is parity at fewer completions (2 per prompt against 8), which needs a batch "
-        "shape of its own rather than the shared sizes"
+        "not declared: at the shared sizes its value probe would never act (16 steps at 2 per generation batch are 8 "
+        "batches, and POISE trains on RLOO for its first 16 while the probe's buffer fills, the authors' "
+        "bootstrap); its claim is also parity at fewer completions (2 per prompt against 8), which needs a batch "
+        "shape and a run length of its own"
     ),
     "RELEX": (
         "not declared yet: an extrapolated checkpoint is not a trained arm; the study engine has no arm that fits a "
