@@ -140,7 +140,7 @@ CLAIMS = [
         for name, arm in (("PiSSA", "pissa"), ("MiLoRA", "milora"))
     ),
     Claim(
-        "3. NSR raises pass@1 over DAPO's clipping on the real model",
+        "3. NSR raises pass@1 over the hard clip on the real model",
         arm="nsr",
         baseline="lora",
         metric="pass@1",
@@ -148,7 +148,7 @@ CLAIMS = [
         reason="the paper's smaller gain over DAPO (+4.9 pass@1 points at 7-8 B)",
     ),
     Claim(
-        "4. ACPO raises pass@1 over DAPO's clipping on the real model",
+        "4. ACPO raises pass@1 over the fixed clip on the real model",
         arm="acpo",
         baseline="lora",
         metric="pass@1",
@@ -156,7 +156,7 @@ CLAIMS = [
         reason=_SMALLEST.format(points=3) + " (as on the NSR page)",
     ),
     Claim(
-        "5. DelTA raises pass@1 over DAPO on the real model",
+        "5. DelTA raises pass@1 over stock GRPO on the real model",
         arm="delta",
         baseline="lora",
         metric="pass@1",

@@ -23,6 +23,17 @@ def _pilot(root: Path) -> list[dict]:
     return [r for r in records if r["method"] == "none" and not r["settings"]["quick"]]
 
 
+def _default_clip() -> float:
+    """The clip every arm without a clip rule of its own trains with: TRL's default ε, symmetric (the design sets no
+    ``epsilon_high``, and TRL's default for it is none, which means ε)."""
+    from trl import GRPOConfig
+
+    fields = GRPOConfig.__dataclass_fields__
+    if fields["epsilon_high"].default is not None:
+        raise RuntimeError("TRL's default epsilon_high is no longer None: the design's clip is not symmetric; say so.")
+    return fields["epsilon"].default
+
+
 def design_block(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
     """The design as its code declares it, and the pilot's minimum detectable effects."""
     pilot = _pilot(root)
@@ -36,7 +47,8 @@ def design_block(page: Page, settings_records: dict[str, list[dict]], root: Path
         (
             f"- **GRPO + LoRA, every trained arm**: {SIZES.max_steps} steps at learning rate {SIZES.learning_rate:g} "
             f"(constant), {SIZES.num_prompts} prompts x {SIZES.num_generations} completions per generation batch, "
-            f"{SIZES.steps_per_generation} optimiser steps per batch (rollouts reused), loss `dapo`, beta 0; adapter: "
+            f"{SIZES.steps_per_generation} optimiser steps per batch (rollouts reused), loss `dapo` (token-level), clip "
+            f"ε = {_default_clip()} on both sides (TRL's default: DAPO's clip-higher is not used), beta 0; adapter: "
             f"{adapter}."
         ),
         (
