@@ -82,7 +82,14 @@ def make_study() -> Study:
         CLAIM,
         {TASK: task},
         arms,
-        columns=[log_column("final reward", "reward", "last"), log_column("max grad_norm", "grad_norm", "max")],
+        columns=[
+            log_column("final reward", "reward", "last"),
+            log_column("max grad_norm", "grad_norm", "max"),
+            # how much the clip rules can act on: the share of tokens TRL's clip cut (over all steps, the first of each
+            # generation batch at ratio 1 included), and the completions cut at max_completion_length
+            log_column("clipped tokens", "clip_ratio/region_mean", "mean", digits=4),
+            log_column("truncated completions", "completions/clipped_ratio", "mean"),
+        ],
         curves=["reward", "grad_norm"],
         sizes=SIZES,
         run_one=run_one,
