@@ -14,12 +14,17 @@ from .design import (
 from .run_files import finished_result
 
 
+def run_max_steps(result: dict) -> int:
+    """The steps a run was set to take: its GRPO config's ``max_steps`` (an arm stopped at another run's budget sets
+    its own), else the study's."""
+    return (result.get("grpo_config") or {}).get("max_steps", result["sizes"]["max_steps"])
+
+
 def updates_made(result: dict) -> int:
     """The optimizer updates a run made: its ``max_steps`` less the steps its curation skipped (the cumulative
     ``curation/skipped_steps`` of its last log entry; 0 without curation)."""
     skipped = [e["curation/skipped_steps"] for e in result.get("train_log", []) if "curation/skipped_steps" in e]
-    max_steps = (result.get("grpo_config") or {}).get("max_steps", result["sizes"]["max_steps"])
-    return int(max_steps - (skipped[-1] if skipped else 0))
+    return int(run_max_steps(result) - (skipped[-1] if skipped else 0))
 
 
 def _steps_per_generation(result: dict) -> int:
@@ -29,8 +34,7 @@ def _steps_per_generation(result: dict) -> int:
 def generation_batches(result: dict) -> float:
     """The generation batches a run's steps cover: its ``max_steps`` (the run's own, else the study's) over
     ``steps_per_generation``."""
-    max_steps = (result.get("grpo_config") or {}).get("max_steps", result["sizes"]["max_steps"])
-    return max_steps / _steps_per_generation(result)
+    return run_max_steps(result) / _steps_per_generation(result)
 
 
 def prompts_trained(result: dict) -> float:

@@ -50,11 +50,11 @@ _BLOCK = re.compile(
 )
 
 
-def fill(text: str, blocks: dict[str, str], where: str = "page", *, complete: bool = False) -> str:
-    """``text`` with every rendered block replaced by ``blocks[id]`` (indented like its marker). Every marker must have
-    a block and no block may be placed twice; with ``complete`` (``blocks`` are all the page's own), every block must
-    also have a marker, so that a block the page stops placing cannot vanish from it unnoticed."""
-    unplaced = sorted(set(blocks) - set(BLOCK_IDS.findall(text))) if complete else []
+def fill(text: str, blocks: dict[str, str], where: str = "page") -> str:
+    """``text`` with every rendered block replaced by ``blocks[id]`` (indented like its marker). ``blocks`` are all the
+    page's own: every marker must have a block, every block a marker (so that a block the page stops placing cannot
+    vanish from it unnoticed), and no block may be placed twice."""
+    unplaced = sorted(set(blocks) - set(BLOCK_IDS.findall(text)))
     if unplaced:
         raise ValueError(f"{where}: place these rendered blocks: {unplaced}.")
     seen = []

@@ -106,10 +106,10 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
         # the index repeats the SELF page's mechanism verdicts (judged by prediction, not a paired claim)
         index_blocks.update({f"index:{k.split(':', 1)[1]}": v for k, v in blocks.items() if k == f"{name}:mechanisms"})
         if name in names:
-            out[page.path] = fill((root / page.path).read_text(), blocks, page.path, complete=True)
+            out[page.path] = fill((root / page.path).read_text(), blocks, page.path)
     index_blocks["index:verdicts"] = index_table(all_parts, PAGES)
     index_blocks["index:rule_changes"] = rule_changes(all_parts, PAGES)
-    out[INDEX] = fill((root / INDEX).read_text(), index_blocks, INDEX, complete=True)
+    out[INDEX] = fill((root / INDEX).read_text(), index_blocks, INDEX)
     # a method page may summarise several studies (the toy's and the real model's): its blocks are filled together
     by_path: dict[str, dict[str, str]] = {}
     for summary in METHOD_SUMMARIES:
@@ -118,7 +118,7 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
         )
     for path, blocks in by_path.items():
         if any(summary.study in names for summary in METHOD_SUMMARIES if summary.path == path):
-            out[path] = fill((root / path).read_text(), blocks, path, complete=True)
+            out[path] = fill((root / path).read_text(), blocks, path)
     return out
 
 

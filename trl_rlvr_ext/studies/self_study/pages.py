@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import base_steps
-from ..budgets import prompts_trained, updates_made
+from ..budgets import prompts_trained, run_max_steps, updates_made
 from ..gym_bases import pass_rate_spread
 from ..judging import judged_records
 from ..markdown import interval, marked, seed_ranges, signed, table
@@ -84,7 +84,8 @@ def boundary_block(page: "Page", setting: PageSetting, task: str, records: list[
 def budget_block(page: "Page", setting: PageSetting, records: list[dict]) -> dict[str, str]:
     """What each trained arm spent and where it sits against the same-seed base, rendered so that the prose need not
     state it: the updates made per seed (`budgets.updates_made`: a step whose prompts curation all skipped makes
-    none), the prompts trained on (`budgets.prompts_trained`) and the k at which the arm's mean pass@k over its seeds is below the mean of the same seeds' base."""
+    none), the prompts trained on (`budgets.prompts_trained`) and the k at which the arm's mean pass@k over its seeds
+    is below the mean of the same seeds' base."""
     base = {r["seed"]: r for r in records if r["arm"] == "base"}
     lines = [
         (
@@ -94,7 +95,7 @@ def budget_block(page: "Page", setting: PageSetting, records: list[dict]) -> dic
         "|---|---|---|---|---|---|",
     ]
     for arm, runs in _arms_against_the_base(page, setting, records, base):
-        steps = sorted({(r.get("grpo_config") or {}).get("max_steps", r["sizes"]["max_steps"]) for r in runs})
+        steps = sorted({run_max_steps(r) for r in runs})
         ks = [k for k in runs[0]["pass_at_k"] if all(k in base[r["seed"]]["pass_at_k"] for r in runs)]
         gaps = {k: np.mean([r["pass_at_k"][k] - base[r["seed"]]["pass_at_k"][k] for r in runs]) for k in ks}
         below = [k for k in ks if gaps[k] < 0]
