@@ -169,6 +169,9 @@ def test_fill_replaces_blocks_keeps_prose_and_indentation_and_rejects_unknown_bl
     # a page's own block that no marker places (the index once lost its verdict table this way) is refused
     with pytest.raises(ValueError, match=r"place these rendered blocks: \['verdicts'\]"):
         fill(text, {"a": "x", "b": "y", "verdicts": "z"})
+    # a marker opened but closed the wrong way would stay empty: refused
+    with pytest.raises(ValueError, match=r"close the rendered blocks \['c'\] with a line `<!-- end rendered -->`"):
+        fill(text + "<!-- rendered: c -->\n<!-- /rendered -->\n", {"a": "x", "b": "y", "c": "z"})
 
 
 def test_study_report_cli_checks_without_writing(tmp_path, capsys):

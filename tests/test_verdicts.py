@@ -13,6 +13,7 @@ from trl_rlvr_ext.studies.verdicts import (
     crossed_standard_error,
     crossed_t_interval,
     decide,
+    decide_non_inferior,
     hierarchical_bootstrap,
     holm_decisions,
     judge,
@@ -74,6 +75,36 @@ def test_the_rule_at_its_edges():
     assert decide(0.01, 0.03, 0.05) == "reproduced"  # an effect smaller than the paper's is still one
     with pytest.raises(ValueError, match="low <= high"):
         decide(0.2, 0.1, 0.05)
+
+
+def test_the_non_inferiority_rule_at_its_edges():
+    assert decide_non_inferior(-0.029, 0.05, 0.03) == "reproduced"  # excludes a loss of the margin
+    assert decide_non_inferior(-0.03, 0.05, 0.03) == "inconclusive"  # touching -margin does not exclude it
+    assert decide_non_inferior(-0.2, -0.031, 0.03) == "not reproduced"  # wholly worse by more than the margin
+    assert decide_non_inferior(-0.2, -0.03, 0.03) == "inconclusive"
+    assert decide_non_inferior(-0.01, -0.001, 0.03) == "reproduced"  # a small, sure loss is within the margin
+    with pytest.raises(ValueError, match="low <= high"):
+        decide_non_inferior(0.2, 0.1, 0.03)
+    with pytest.raises(ValueError, match="margin must be > 0"):
+        decide_non_inferior(0.0, 0.1, 0.0)
+
+
+def test_a_non_inferiority_claim_is_judged_by_its_margin():
+    matches = Claim("arm matches base", "arm", "base", "pass@1", margin=0.03)
+    assert matches.threshold is None and matches.to_exclude == "-0.030 (margin)"
+    assert CLAIM.to_exclude == "0.050 (paper)"
+    # a true effect of -0.01 with a tight interval: within the margin, so it matches (a superiority claim fails)
+    arm, baseline = _records(-0.01, num_seeds=5, num_problems=400, seed_sd=0.001, problem_sd=0.01)
+    j = judge(matches, arm, baseline, num_resamples=2000)
+    assert -0.03 < j.low < j.high < 0 and j.verdict == "reproduced"
+    assert judge(CLAIM, arm, baseline, num_resamples=2000).verdict == "not reproduced"
+    # a true loss of 0.1: worse by more than the margin
+    arm, baseline = _records(-0.10, num_seeds=5, num_problems=400, seed_sd=0.001, problem_sd=0.01)
+    assert judge(matches, arm, baseline, num_resamples=2000).verdict == "not reproduced"
+    with pytest.raises(ValueError, match="one or the other"):
+        Claim("c", "a", "b", "pass@1", margin=0.03, smallest_effect=0.1)
+    with pytest.raises(ValueError, match="margin must be > 0"):
+        Claim("c", "a", "b", "pass@1", margin=-0.03)
 
 
 def test_the_bootstrap_resamples_seeds_and_one_shared_problem_draw():

@@ -42,6 +42,26 @@ class StudyTask:
             raise ValueError(f"Task {self.name!r}: temperature={self.temperature} must be positive.")
 
 
+@dataclasses.dataclass(frozen=True)
+class Extrapolation:
+    """An arm that trains nothing: RELEX (`trl_rlvr_ext.extrapolation`) fits the trajectory that ``source``'s
+    same-seed run recorded (an arm with ``relex_record_steps`` in its config) over its first ``history_steps`` steps,
+    and the arm is the checkpoint it extrapolates to ``target_step``, at subspace rank ``rank`` (paper: 1)."""
+
+    source: str
+    history_steps: int
+    target_step: int
+    rank: int = 1
+
+    def __post_init__(self):
+        for name in ("history_steps", "target_step", "rank"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Extrapolation {name} must be an integer >= 1, got {value!r}.")
+        if self.history_steps < 2:
+            raise ValueError(f"RELEX fits a line through the history: history_steps={self.history_steps} needs >= 2.")
+
+
 @dataclasses.dataclass
 class Arm:
     """An arm: ``train=False`` evaluates the base model; else GRPO with ``config`` overriding the study's settings.
@@ -55,6 +75,9 @@ class Arm:
     (`prompts_trained`): a curation arm that drops prompts from every batch but makes every update trains on fewer
     prompts than its baseline, which the same updates do not match.
 
+    ``extrapolate`` makes the arm an extrapolated checkpoint of another arm's trajectory (`Extrapolation`): it trains
+    nothing (``train=False``) and is evaluated like any run.
+
     ``settings`` names the study's settings the arm belongs to (empty: every one, and the defaults). An arm declared
     for some settings only needs what those settings provide (e.g. a validation split); it is left out of the default
     arms elsewhere, so that adding it leaves the arms an older command runs unchanged, and naming it there fails.
@@ -67,12 +90,23 @@ class Arm:
     same_updates_as: str = ""  # another arm: train for the optimizer updates its same-seed run made (`updates_made`)
     same_prompts_as: str = ""  # another arm: train on as many prompts as its same-seed run did (`prompts_trained`)
     settings: tuple[str, ...] = ()  # the settings this arm runs in (empty: all, and without a setting)
+    extrapolate: Extrapolation | None = None  # RELEX: the checkpoint extrapolated from another arm's trajectory
 
     def __post_init__(self):
         if self.same_updates_as and self.same_prompts_as:
             raise ValueError(
                 f"Arm {self.name!r} sets same_updates_as and same_prompts_as: an arm matches one budget, set one."
             )
+        if self.extrapolate is not None and (self.train or self.same_updates_as or self.same_prompts_as):
+            raise ValueError(
+                f"Arm {self.name!r} is extrapolated from {self.extrapolate.source!r}'s trajectory: it trains nothing. "
+                "Set train=False and no budget (same_updates_as / same_prompts_as)."
+            )
+
+    @property
+    def depends_on(self) -> str:
+        """The arm whose same-seed run must finish before this one starts (its budget or its trajectory), or ''."""
+        return self.same_updates_as or self.same_prompts_as or (self.extrapolate.source if self.extrapolate else "")
 
 
 @dataclasses.dataclass

@@ -229,7 +229,7 @@ def claims_table(parts: list[Part]) -> str:
     rows = []
     for p in parts:
         c, j = p.claim, p.judgement
-        exclude = f"{c.threshold:.3f} ({'paper' if c.paper_effect is not None else 'stated'})"
+        exclude = c.to_exclude
         name = c.name + (f" *(exploratory: {exploratory_label(p.exploratory)})*" if p.exploratory else "")
         # the setting as code: a long name may then break inside its cell (docs/stylesheets/extra.css)
         where = f"{p.task}, `{p.setting.name}`" + (f" ({j.num_seeds} × {j.num_problems})" if j else "")
@@ -256,6 +256,12 @@ def claims_table(parts: list[Part]) -> str:
         (
             "Effects are signed so that the claimed direction is positive (for a claim that the arm is lower, a "
             "positive effect means it is lower). 'stated': a smallest effect of interest, where the paper gives none."
+            + (
+                " 'margin': a non-inferiority claim (the arm matches the baseline), reproduced if the interval "
+                "excludes a loss of the margin or more, not reproduced if it lies wholly below it."
+                if any(p.claim.margin is not None for p in parts)
+                else ""
+            )
         ),
     ]
     dropped = {p.task: p.near_duplicates for p in parts if p.near_duplicates}

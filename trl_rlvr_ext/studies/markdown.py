@@ -68,6 +68,9 @@ def fill(text: str, blocks: dict[str, str], where: str = "page") -> str:
         return f"{indent}<!-- rendered: {block_id} -->\n{body}\n{indent}<!-- end rendered -->"
 
     out = _BLOCK.sub(replace, text)
+    unclosed = sorted(set(BLOCK_IDS.findall(text)) - set(seen))
+    if unclosed:  # an opening marker the block pattern did not match would otherwise stay empty, silently
+        raise ValueError(f"{where}: close the rendered blocks {unclosed} with a line `<!-- end rendered -->`.")
     repeated = sorted({b for b in seen if seen.count(b) > 1})
     if repeated:
         raise ValueError(f"{where}: blocks {repeated} are placed more than once.")

@@ -102,6 +102,11 @@ def run_one(
     parameters, lora_init, budget = None, None, None
     if arm.same_updates_as or arm.same_prompts_as:
         arm, budget = same_budget_arm(out_dir, task, arm, seed, sizes)
+    extrapolation = None
+    if arm.extrapolate is not None:
+        from .extrapolated import extrapolated_model
+
+        model, tokenizer, extrapolation = extrapolated_model(out_dir, task, arm, seed, base_path, folder)
     if arm.train:
         from transformers import AutoTokenizer
 
@@ -151,6 +156,7 @@ def run_one(
         "parameters": parameters,
         "lora_init": lora_init,
         **({"budget": budget} if budget is not None else {}),
+        **({"extrapolation": extrapolation} if extrapolation is not None else {}),
     }
     if precision != "trainer" and arm.train:
         extra["evaluated_precision"] = precision
@@ -307,9 +313,9 @@ def plan_study(
                 f"Arm {name!r} runs only in setting(s) {list(declared)}, not {where}: add --setting {declared[0]}."
             )
     for index, name in enumerate(order):
-        source = study.arms[name].same_updates_as or study.arms[name].same_prompts_as
-        if source and source in order[index:]:  # its budget must be known before it starts
-            raise ValueError(f"Arm {name!r} matches the budget of {source!r}: list {source!r} before it.")
+        source = study.arms[name].depends_on
+        if source and source in order[index:]:  # its budget (or trajectory) must exist before it starts
+            raise ValueError(f"Arm {name!r} needs the same-seed run of {source!r}: list {source!r} before it.")
     seeds = [0, 1, 2] if seeds is None else list(seeds)
     if not seeds:
         raise ValueError("No seeds: give at least one.")

@@ -35,6 +35,11 @@ The verdict follows from the interval ``[lo, hi]`` of the effect signed in the c
   it: any effect there is smaller than claimed, or opposite);
 - **inconclusive**: none of these.
 
+A **non-inferiority** claim ("the arm matches the baseline", e.g. an extrapolated checkpoint against the trained one)
+sets a ``margin`` m > 0 instead of an effect to exclude: the arm is claimed not worse than the baseline by more than m.
+Then **reproduced** if ``lo > −m`` (the interval excludes a loss of m or more), **not reproduced** if ``hi < −m`` (it
+excludes every effect above −m: the arm is worse by more than m), else **inconclusive** (`decide_non_inferior`).
+
 `judge` also reports the minimum detectable effect, the true effect this design detects with 80 % power at this
 level: ``(t_{0.975, ν} + t_{0.8, ν}) · se``, se the larger of the crossed standard error and the bootstrap's.
 
@@ -88,10 +93,23 @@ class Claim:
     part_of: str = ""
     exploratory: str = ""
     requires: str = ""
+    margin: float | None = None  # non-inferiority: the arm is claimed not worse than the baseline by more than this
 
     def __post_init__(self):
         if self.direction not in (1, -1):
             raise ValueError(f"direction must be +1 (arm higher) or -1 (arm lower), got {self.direction}.")
+        if self.margin is not None:
+            if self.paper_effect is not None or self.smallest_effect is not None:
+                raise ValueError(
+                    f"Claim {self.name!r} sets a margin (non-inferiority) and an effect to exclude: a claim is one or "
+                    "the other. Drop paper_effect / smallest_effect, or the margin."
+                )
+            if not self.margin > 0:
+                raise ValueError(
+                    f"Claim {self.name!r}: the non-inferiority margin must be > 0 (the loss taken to matter), got "
+                    f"{self.margin}."
+                )
+            return
         threshold = self.threshold
         if threshold is None:
             raise ValueError(
@@ -106,6 +124,14 @@ class Claim:
     @property
     def threshold(self) -> float | None:
         return self.paper_effect if self.paper_effect is not None else self.smallest_effect
+
+    @property
+    def to_exclude(self) -> str:
+        """What the claim's verdict excludes, as the pages print it: the effect (the paper's or a stated smallest
+        one), or for a non-inferiority claim the loss of its margin."""
+        if self.margin is not None:
+            return f"{-self.margin:+.3f} (margin)"
+        return f"{self.threshold:.3f} ({'paper' if self.paper_effect is not None else 'stated'})"
 
     @property
     def k(self) -> int:
@@ -267,6 +293,21 @@ def decide(low: float, high: float, threshold: float) -> str:
     return "inconclusive"
 
 
+def decide_non_inferior(low: float, high: float, margin: float) -> str:
+    """The verdict of a non-inferiority claim from the interval ``[low, high]`` of the effect (signed in the claimed
+    direction) and its ``margin`` (see the module): reproduced if the interval excludes a loss of ``margin`` or more,
+    not reproduced if it lies wholly below ``−margin``."""
+    if not low <= high:
+        raise ValueError(f"An interval needs low <= high, got [{low}, {high}].")
+    if not margin > 0:
+        raise ValueError(f"A non-inferiority margin must be > 0, got {margin}.")
+    if low > -margin:
+        return "reproduced"
+    if high < -margin:
+        return "not reproduced"
+    return "inconclusive"
+
+
 def judge(
     claim: Claim,
     arm: Mapping[int, Sequence[float]],
@@ -298,7 +339,11 @@ def judge(
         minimum_detectable_effect=mde if math.isfinite(mde) else float("nan"),
         num_seeds=num_seeds,
         num_problems=num_problems,
-        verdict=decide(low, high, claim.threshold),
+        verdict=(
+            decide(low, high, claim.threshold)
+            if claim.margin is None
+            else decide_non_inferior(low, high, claim.margin)
+        ),
         bootstrap_low=boot_low,
         bootstrap_high=boot_high,
         t_low=t_low,

@@ -4,7 +4,9 @@ screening found learnable (one-digit products, chat prompts, the last number of 
 Arms (`design.GROUPS`, in run order): ``base`` (the model untrained), ``lora`` (stock GRPO + LoRA, PEFT's default
 init), the LoRA initialisers ``rlpo``, ``rlmo``, ``pissa``, ``milora`` (`RLVRGRPOConfig.lora_init`) and, each on the
 default init, the rules ``nsr`` (`clip_recovery`), ``acpo`` (`adaptive_clip`) and ``delta`` (`token_credit`), and the
-next methods ``rsi_s`` (`rsi_selection`) and ``popo`` (`objective`). Every
+next methods ``rsi_s`` (`rsi_selection`) and ``popo`` (`objective`); then stock GRPO + LoRA stopped at half the
+steps with its trajectory recorded (``lora_8steps``, `relex_record_steps`) and ``relex``, the checkpoint RELEX
+extrapolates from it to the full budget (`design.Extrapolation`). Every
 trained arm uses the same adapter, sizes and learning rate (`design`); the claims and the pilot's sizing are declared
 there, before the runs.
 
@@ -13,7 +15,7 @@ Run it with two one-thread processes side by side (the default of ``trl-rlvr-ext
 (`design.COMMANDS`) resume across sessions. ``--quick`` runs the pipeline on the tiny random model.
 """
 
-from ..design import Arm, Study, StudyTask, log_column
+from ..design import Arm, Extrapolation, Study, StudyTask, log_column
 from .design import (  # noqa: F401  (re-exported: the study's names)
     CLAIM,
     CLAIMS,
@@ -26,6 +28,9 @@ from .design import (  # noqa: F401  (re-exported: the study's names)
     MODEL,
     NEXT_METHODS,
     NOT_RUN,
+    RELEX_HISTORY,
+    RELEX_SOURCE,
+    RELEX_TARGET,
     RULES,
     SEEDS,
     SIZES,
@@ -68,6 +73,15 @@ def make_study() -> Study:
         arms[method] = Arm(method, config={"lora_init": method}, peft=dict(LORA_SETTINGS))
     for name, options in {**RULES, **NEXT_METHODS}.items():
         arms[name] = Arm(name, config=dict(options), peft=dict(LORA_SETTINGS))
+    # (f) stock GRPO + LoRA for the history's steps, its trajectory recorded every step, and RELEX's extrapolation
+    record = {"max_steps": RELEX_HISTORY, "relex_record_steps": 1}
+    arms[RELEX_SOURCE] = Arm(RELEX_SOURCE, config=record, peft=dict(LORA_SETTINGS))
+    arms["relex"] = Arm(
+        "relex",
+        train=False,
+        peft=dict(LORA_SETTINGS),
+        extrapolate=Extrapolation(RELEX_SOURCE, RELEX_HISTORY, RELEX_TARGET),
+    )
     task = StudyTask(
         TASK,
         DATASET,

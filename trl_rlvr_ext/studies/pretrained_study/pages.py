@@ -34,6 +34,12 @@ def _default_clip() -> float:
     return fields["epsilon"].default
 
 
+def _claimed_size(claim) -> str:
+    if claim.margin is not None:
+        return f"not worse by more than {claim.margin:.3f}"
+    return f"{'+' if claim.direction > 0 else '-'}{claim.threshold:.3f}"
+
+
 def design_block(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
     """The design as its code declares it, and the pilot's minimum detectable effects."""
     pilot = _pilot(root)
@@ -67,7 +73,7 @@ def design_block(page: Page, settings_records: dict[str, list[dict]], root: Path
         + ", ".join(f"{mde:.3f} at {samples} samples" for samples, mde in mdes.items())
         + " per problem (`pretrained_study.design.pilot_mde`).",
         "- **Claims** (effect sizes in pass@1): "
-        + "; ".join(f"{c.name} ({'+' if c.direction > 0 else '-'}{c.threshold:.3f}, {c.reason})" for c in CLAIMS)
+        + "; ".join(f"{c.name} ({_claimed_size(c)}, {c.reason})" for c in CLAIMS)
         + ".",
         "- **Commands**, in order (each resumes: a finished run is loaded, not redone): "
         + "; ".join(f"`{command}`" for command in COMMANDS)
@@ -188,6 +194,7 @@ PAGE = Page(
         MethodSummary("docs/methods/delta.md", "pretrained", lambda c: c.arm == "delta"),
         MethodSummary("docs/methods/rsi.md", "pretrained", lambda c: c.arm == "rsi_s"),
         MethodSummary("docs/methods/popo.md", "pretrained", lambda c: c.arm == "popo"),
+        MethodSummary("docs/methods/relex.md", "pretrained", lambda c: c.arm == "relex"),
     ),
     method_of_arm={
         "rlpo": "RLPO / RLMO",
@@ -199,5 +206,6 @@ PAGE = Page(
         "delta": "DelTA",
         "rsi_s": "RSI-S",
         "popo": "POPO",
+        "relex": "RELEX",
     },
 )
