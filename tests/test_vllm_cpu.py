@@ -270,6 +270,32 @@ def test_delta_colocate_fp32(vllm_runs):
 
 @pytest.mark.slow
 @pytest.mark.distributed
+def test_popo_colocate_fp32(vllm_runs):
+    """POPO's EMA target and predictor stay in the trainer: vLLM gets the policy's weights (fresh log-probs) and the
+    positive-only loss, the similarity term and the EMA's lag all run on vLLM's samples."""
+    result = _feature(vllm_runs, "colocate", "popo")
+    _assert_fresh(result["gaps"], FP32_GAP, "popo")
+    records = result["records"]
+    assert len(records) == 3 and all("popo/nll_loss" in r and "popo/sim_loss" in r for r in records)
+    assert any(r["popo/positive_ratio"] > 0 for r in records)
+    assert result["policy_moved"] and result["ema_lags"]  # the EMA is a lagging copy of the policy, not the policy
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_poise_colocate_fp32(vllm_runs):
+    """POISE's probe reads the trainer's hidden states of vLLM's completions: RLOO for the 2 bootstrap generation
+    batches, then the probe's baseline, refit every batch."""
+    result = _feature(vllm_runs, "colocate", "poise")
+    _assert_fresh(result["gaps"], FP32_GAP, "poise")
+    records = result["records"]
+    assert [r["poise/phase"] for r in records] == [0.0, 0.0, 1.0, 1.0]
+    assert [r["poise/buffer_rows"] for r in records] == [8.0, 16.0, 24.0, 32.0]
+    assert all("poise/pearson" in r for r in records[2:]) and not any("poise/pearson" in r for r in records[:2])
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
 @pytest.mark.parametrize("run", ["colocate", "server"])
 def test_stale_weights_are_caught(vllm_runs, run):
     """With the sync disabled vLLM keeps generating from the initial weights; the gap check must see it."""

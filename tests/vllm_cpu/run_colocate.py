@@ -191,6 +191,45 @@ def f_delta(ctx):
     return {"gaps": logp_gaps(trainer), "records": train_records(trainer)}
 
 
+def f_popo(ctx):
+    """POPO on vLLM's samples: its EMA target and predictor live beside the policy, and only the policy's weights go
+    to vLLM (its log-probs must stay fresh); the positive-only loss and the EMA train as without vLLM."""
+    kwargs = base_kwargs(
+        ctx["work"] / "popo", objective="popo", num_iterations=1, popo_tau=0.9, popo_kl_monitor_steps=1,
+        learning_rate=0.01,
+    )  # fmt: skip
+    trainer = build(ctx["model"], has_digit, kwargs)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    ema = dict(zip(trainer._popo_ema_names, trainer._popo_ema_params, strict=True))
+    after = dict(trainer.model.named_parameters())
+    return {
+        "gaps": logp_gaps(trainer),
+        "records": train_records(trainer),
+        "policy_moved": any(not torch_equal(before[n], after[n]) for n in before),
+        "ema_lags": any(not torch_equal(ema[n], after[n].detach()) for n in ema),
+    }
+
+
+def f_poise(ctx):
+    """POISE on vLLM's samples: the probe reads the trainer's hidden states of the completions vLLM generated; the
+    bootstrap is shortened (2 generation batches) so that the probe acts within the run."""
+    kwargs = base_kwargs(
+        ctx["work"] / "poise", value_baseline="poise", scale_rewards="none", num_generations=2,
+        poise_bootstrap_steps=2, poise_warmup_steps=1, poise_prompt_pca=4, poise_response_pca=4, poise_pool_n=4,
+        max_steps=8,
+    )  # fmt: skip
+    trainer = build(ctx["model"], digit_reward, kwargs)
+    trainer.train()
+    return {"gaps": logp_gaps(trainer), "records": [dict(r) for r in trainer.state.log_history if "poise/phase" in r]}
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return torch.equal(a, b)
+
+
 def f_stale(ctx):
     """The CPU sync disabled: vLLM keeps the initial weights, and the gap check must catch it."""
     trainer = build(
