@@ -152,6 +152,21 @@ def test_study_workers_split_the_seeds(tmp_path, capsys, monkeypatch):
         main(["study", "pretrained", "--quick", "--workers", "0", "--out_dir", str(out)])
 
 
+def test_the_relex_block_by_hand(tmp_path):
+    from trl_rlvr_ext.studies.pretrained_study.pages import PAGE, relex_block
+
+    assert relex_block(PAGE, {"main": []}, tmp_path) == {"relex": "No RELEX run yet."}
+    summary = {"relex/explained_median": 0.9876, "relex/r2_median": 0.5}
+    records = [
+        {"arm": "lora_8steps", "seed": 10, "pass_at_k": {"1": 0.5}},
+        {"arm": "relex", "seed": 10, "pass_at_k": {"1": 0.625}, "extrapolation": {"report": {"summary": summary}}},
+        {"arm": "lora", "seed": 10, "pass_at_k": {"1": 0.75}},
+        {"arm": "lora", "seed": 11, "pass_at_k": {"1": 0.7}},  # no RELEX run at seed 11: no row
+    ]
+    block = relex_block(PAGE, {"main": records}, tmp_path)["relex"]
+    assert block.splitlines()[2:] == ["| 10 | 0.500 | 0.625 | 0.750 | 0.988 | 0.500 |"]
+
+
 def test_page_says_what_is_left(tmp_path):
     from trl_rlvr_ext.studies.pretrained_study.pages import PAGE, progress_block
 

@@ -43,11 +43,18 @@ _CHAIN_SUM = (
     "reasoning_gym:chain_sum?min_terms=2&max_terms=2&min_digits=1&max_digits=1&size=64&test_size=32&dedup=near"
     "&format=chat"
 )
+# Declared on 2026-12-05, before their runs, for SELF's boundary claims (issue "Evidence v3", part 3b): candidate 0,
+# the one learnable task, sits at the ceiling at the largest k (base pass@32 about 1), so there is no boundary to
+# shrink. These two are harder variants of it, in the same format, that may leave room at large k: three one-digit
+# factors, and two factors of one or two digits (each problem draws its digit count).
+_PRODUCTS_HARDER = "reasoning_gym:products?{}&size=64&test_size=32&dedup=near&format=chat&answer=last_number"
 CANDIDATES = (
     _PRODUCTS + "&answer=last_number",
     _PRODUCTS + "&answer=first_number",
     _CHAIN_SUM + "&answer=last_number",
     _CHAIN_SUM + "&answer=first_number",
+    _PRODUCTS_HARDER.format("min_terms=3&max_terms=3&min_digits=1&max_digits=1"),
+    _PRODUCTS_HARDER.format("min_terms=2&max_terms=2&min_digits=1&max_digits=2"),
 )
 PASS_AT_1_RANGE = (0.05, 0.60)
 TRIVIAL_SHARE = 0.5

@@ -9,7 +9,20 @@ import numpy as np
 
 from ..markdown import mean_sd, table
 from ..pages import MethodSummary, Page, PageSetting
-from .design import CLAIMS, COMMANDS, GROUPS, LORA_SETTINGS, NOT_RUN, RECORDS, SEEDS, SIZES, pilot_mde
+from .design import (
+    CLAIMS,
+    COMMANDS,
+    GROUPS,
+    LORA_SETTINGS,
+    NOT_RUN,
+    RECORDS,
+    RELEX_HISTORY,
+    RELEX_SOURCE,
+    RELEX_TARGET,
+    SEEDS,
+    SIZES,
+    pilot_mde,
+)
 
 
 # The pilot: the demo's two seeds of stock GRPO + LoRA on the same task and sizes, 8 samples per problem.
@@ -170,12 +183,43 @@ def sizing_block(page: Page, settings_records: dict[str, list[dict]], root: Path
     return {"sizing": "\n".join(lines)}
 
 
+def relex_block(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
+    """Group f per seed: held-out pass@1 of the steps RELEX fits (the source arm), of its extrapolation and of the
+    whole run, and how well the fit holds the trajectory (RELEX's variance report over the adapter's tensors: the
+    share of each tensor's trajectory its rank-1 subspace explains, and the R² of the line through its coefficients,
+    medians over tensors)."""
+    runs = {(r["arm"], r["seed"]): r for r in settings_records["main"]}
+    rows = []
+    for seed in SEEDS:
+        relex = runs.get(("relex", seed))
+        if relex is None:
+            continue
+        summary = relex["extrapolation"]["report"]["summary"]
+        cells = [str(seed)]
+        for arm in (RELEX_SOURCE, "relex", "lora"):
+            cells.append(f"{runs[(arm, seed)]['pass_at_k']['1']:.3f}" if (arm, seed) in runs else "-")
+        cells += [f"{summary['relex/explained_median']:.3f}", f"{summary['relex/r2_median']:.3f}"]
+        rows.append(cells)
+    if not rows:
+        return {"relex": "No RELEX run yet."}
+    header = [
+        "seed",
+        f"pass@1, {RELEX_HISTORY} steps (`{RELEX_SOURCE}`)",
+        f"pass@1, RELEX to step {RELEX_TARGET} (`relex`)",
+        f"pass@1, {RELEX_TARGET} steps (`lora`)",
+        "explained by rank 1 (median over tensors)",
+        "R² of the line (median over tensors)",
+    ]
+    return {"relex": "\n".join(table(header, rows))}
+
+
 def pretrained_page_blocks(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
     return {
         **design_block(page, settings_records, root),
         **progress_block(page, settings_records, root),
         **sizing_block(page, settings_records, root),
         **ceiling_block(page, settings_records, root),
+        **relex_block(page, settings_records, root),
     }
 
 
