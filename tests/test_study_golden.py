@@ -169,6 +169,7 @@ def test_every_page_is_still_rendered():
         "docs/methods/nsr.md",
         "docs/methods/pass_rate_curation.md",
         "docs/methods/popo.md",
+        "docs/methods/relex.md",
         "docs/methods/rsi.md",
         "docs/methods/self_curation.md",
     ]

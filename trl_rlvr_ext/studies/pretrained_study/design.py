@@ -94,7 +94,8 @@ NOT_RUN = {
     "b. SELF's boundary": (
         "not run on this task: at the largest k the design evaluates, the base and stock GRPO + LoRA are at or next to "
         "the ceiling (the table below), so there is no shrink of the boundary for SELF to prevent; a task with room "
-        "at the largest k is needed first"
+        "at the largest k is needed first, and the two harder product tasks screened for it fail the learnable rule "
+        "(screening rows 4 and 5: too hard, and guessable at the largest k)"
     ),
     "d. IS-DPO on the model's own samples": "not declared yet: it needs a DPO design of its own (pairs, rates, KL grid)",
     "POISE": (
