@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from trl_rlvr_ext.studies.student_t import student_t_cdf, student_t_quantile
 from trl_rlvr_ext.studies.verdicts import (
     Claim,
     crossed_bootstrap,
@@ -19,8 +20,6 @@ from trl_rlvr_ext.studies.verdicts import (
     judge,
     minimum_detectable_effect,
     seed_t_interval,
-    student_t_cdf,
-    student_t_quantile,
 )
 
 
