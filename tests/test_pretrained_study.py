@@ -131,7 +131,8 @@ def test_study_workers_split_the_seeds(tmp_path, capsys, monkeypatch):
     argv = ["study", "pretrained", "--quick", "--arms", "base,lora", "--seeds", "0,1", "--out_dir", str(out)]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    assert "[worker 0] seeds 0" in printed and "[worker 1] seeds 1" in printed
+    for unit in ("seed 0: base", "seed 0: lora", "seed 1: base", "seed 1: lora"):  # one process per unit
+        assert f"[worker] {unit}: pid" in printed and f"[{unit}] [pretrained] products /" in printed
     for seed in (0, 1):
         result = json.loads((out / "products" / "lora" / f"seed{seed}" / "result.json").read_text())
         # each worker ran its own seed with one thread, and records the command that was typed, not its own
@@ -150,6 +151,24 @@ def test_study_workers_split_the_seeds(tmp_path, capsys, monkeypatch):
     assert "[worker" not in capsys.readouterr().out
     with pytest.raises(SystemExit, match="--workers must be at least 1, got 0"):
         main(["study", "pretrained", "--quick", "--workers", "0", "--out_dir", str(out)])
+
+
+def test_work_units_keep_an_arm_with_the_run_it_needs(tmp_path):
+    from trl_rlvr_ext.scripts.study import work_units
+    from trl_rlvr_ext.studies import plan_study
+
+    plan = plan_study(get_study("pretrained"), tmp_path, arms=["lora", "lora_8steps", "nsr", "relex"], seeds=[10, 11])
+    assert work_units(plan) == [
+        (10, ["lora"]),
+        (10, ["lora_8steps", "relex"]),  # relex extrapolates lora_8steps' same-seed trajectory
+        (10, ["nsr"]),
+        (11, ["lora"]),
+        (11, ["lora_8steps", "relex"]),
+        (11, ["nsr"]),
+    ]
+    # a budget-matched arm goes with its source too, and the source's own group follows the plan's order
+    plan = plan_study(get_study("self"), tmp_path, tasks=["toy"], arms=["base", "self", "grpo_same_budget"], seeds=[0])
+    assert work_units(plan) == [(0, ["base"]), (0, ["self", "grpo_same_budget"])]
 
 
 def test_the_relex_block_by_hand(tmp_path):

@@ -30,6 +30,44 @@ def test_sampled_kl_hand_computed():
         sampled_kl([-1.0], [])
 
 
+def test_processes_side_by_side_build_the_shared_data_once(tmp_path, monkeypatch):
+    """Two builders of one key at the same time (two `study --workers` processes; threads here): one builds under
+    the lock, the other waits and loads that build."""
+    import threading
+    import time
+
+    from datasets import Dataset
+
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.is_dpo_study import data
+    from trl_rlvr_ext.studies.is_dpo_study.design import IS_DPO_QUICK
+
+    builds = []
+
+    def slow_build(task, settings, quick, data_dir, log):
+        builds.append(threading.get_ident())
+        time.sleep(0.5)  # long enough for the other thread to reach the lock
+        data_dir.mkdir(parents=True)
+        Dataset.from_list([{"prompt": "p", "chosen": "c", "rejected": "r"}]).save_to_disk(str(data_dir / "pairs"))
+        (data_dir / "meta.json").write_text(json.dumps({"num_pairs": 1}))
+        return data._load(data_dir)
+
+    monkeypatch.setattr(data, "_build", slow_build)
+    monkeypatch.setattr(data, "base_model_path", lambda task, quick, base: "base")  # no model is built here
+    task = get_study("is_dpo").tasks["number_sorting"]
+    results = []
+    threads = [
+        threading.Thread(target=lambda: results.append(data.build_preference_data(task, IS_DPO_QUICK, True, tmp_path)))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and len(results) == 2
+    assert all(meta == {"num_pairs": 1} and pairs.num_rows == 1 for pairs, meta in results)
+
+
 def test_quick_is_dpo_study_end_to_end_shared_data_then_resume(tmp_path, monkeypatch, capsys):
     from trl_rlvr_ext.dpo import behavior
 

@@ -69,8 +69,9 @@ def make_parser() -> argparse.ArgumentParser:
         "--workers",
         type=int,
         default=2,
-        help="Processes side by side, the seeds split between them (seed k of the list to process k mod workers); "
-        "each one resumes like the whole. The table is written once all have finished. 1: one process.",
+        help="Processes side by side, when runs are left at two seeds or more. The runs left are cut into units (one "
+        "seed's arms, an arm kept with the arm whose same-seed run it needs), handed out seed by seed to whichever "
+        "process is free; each resumes like the whole. The table is written once all have finished. 1: one process.",
     )
     parser.add_argument(
         "--num_threads",
@@ -190,13 +191,15 @@ def run_main(argv: list[str], command: str) -> int:
     if args.workers > 1:
         # a bad choice fails here, once, before any process starts
         plan = plan_study(study, out_dir, seeds=seeds, **selection)
-        pending = [  # the seeds with a run left: a finished study resumes in this process, only loading
-            seed
-            for seed in plan.seeds
-            if any(not result_path(out_dir, t, a, seed).is_file() for t in plan.tasks for a in plan.arms)
+        units = [  # the units with a run left: a finished study resumes in this process, only loading
+            (seed, arms)
+            for seed, arms in work_units(plan)
+            if any(not result_path(out_dir, t, a, seed).is_file() for t in plan.tasks for a in arms)
         ]
-        if len(pending) > 1:  # every run left; then the loop below only loads them and writes the table
-            _run_workers(argv, pending, min(args.workers, len(pending)), args.recorded_command or command)
+        # with runs left at two seeds or more, every run left (then the loop below only loads them and writes the
+        # table); the runs of a single seed stay in this process, as with --workers 1
+        if len({seed for seed, _ in units}) > 1:
+            _run_workers(argv, units, args.workers, args.recorded_command or command)
     import torch
 
     torch.set_num_threads(args.num_threads)
@@ -212,50 +215,83 @@ def run_main(argv: list[str], command: str) -> int:
     return 0
 
 
-def _run_workers(argv: list[str], seeds: list[int], workers: int, recorded: str) -> None:
-    """Run ``argv`` as ``workers`` processes side by side, process k on seeds[k::workers] (each with ``--workers 1``),
-    their output lines prefixed with their seeds; fails naming the processes that failed. Each records ``recorded``
+def work_units(plan) -> list[tuple[int, list[str]]]:
+    """The runs of ``plan`` (`trl_rlvr_ext.studies.runner.StudyPlan`) as ``(seed, arms)`` units that processes can run
+    side by side: per seed, the arms in groups closed under `Arm.depends_on` (an arm stays with the arm whose same-seed
+    run sets its budget or holds its trajectory, so it starts after that run), each group in the plan's order; seed by
+    seed, so that an interrupted study has every arm at its first seeds."""
+    order = {name: i for i, name in enumerate(plan.arms)}
+    group = {name: name for name in plan.arms}
+
+    def root(name: str) -> str:
+        while group[name] != name:
+            name = group[name]
+        return name
+
+    for name in plan.arms:
+        source = plan.study.arms[name].depends_on
+        if source in group:
+            group[root(name)] = root(source)
+    groups: dict[str, list[str]] = {}
+    for name in plan.arms:
+        groups.setdefault(root(name), []).append(name)
+    chains = sorted(groups.values(), key=lambda arms: order[arms[0]])
+    return [(seed, arms) for seed in plan.seeds for arms in chains]
+
+
+def _run_workers(argv: list[str], units: list[tuple[int, list[str]]], workers: int, recorded: str) -> None:
+    """Run ``argv`` on each ``(seed, arms)`` unit (`work_units`), as at most ``workers`` processes at a time (each
+    with ``--workers 1``): a unit starts as soon as a process slot is free, in the units' order. Their output lines are
+    prefixed with their unit; fails, once every unit has run, naming the units that failed. Each records ``recorded``
     (the one typed) in its results, not its own."""
     import subprocess
     import threading
+    import time
 
-    def strip(args: list[str]) -> list[str]:  # ``argv`` without --seeds / --workers / --records (either spelling)
+    def strip(args: list[str]) -> list[str]:  # ``argv`` without --seeds / --arms / --workers / --records
         out, skip = [], False
         for arg in args:
             if skip:
                 skip = False
-            elif arg in ("--seeds", "--workers", "--records", "--recorded_command"):
+            elif arg in _WORKER_FLAGS:
                 skip = True
-            elif not arg.startswith(("--seeds=", "--workers=", "--records=", "--recorded_command=")):
+            elif not arg.startswith(tuple(f"{flag}=" for flag in _WORKER_FLAGS)):
                 out.append(arg)
         return out
 
-    processes = []
-    for k in range(workers):
-        part = ",".join(str(seed) for seed in seeds[k::workers])
-        command = [sys.executable, "-m", "trl_rlvr_ext.cli", "study", *strip(argv), "--seeds", part]
-        command += ["--workers", "1", "--recorded_command", recorded]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-        processes.append((part, process))
-        print(f"[worker {k}] seeds {part}: pid {process.pid}", flush=True)
-
-    def relay(part: str, process) -> None:
+    def relay(label: str, process) -> None:
         for line in process.stdout:
-            print(f"[seeds {part}] {line}", end="", flush=True)
+            print(f"[{label}] {line}", end="", flush=True)
 
-    threads = [threading.Thread(target=relay, args=pair, daemon=True) for pair in processes]
-    for thread in threads:
+    def start(seed: int, arms: list[str]):
+        command = [sys.executable, "-m", "trl_rlvr_ext.cli", "study", *strip(argv), "--seeds", str(seed)]
+        command += ["--arms", ",".join(arms), "--workers", "1", "--recorded_command", recorded]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        label = f"seed {seed}: {','.join(arms)}"
+        print(f"[worker] {label}: pid {process.pid}", flush=True)
+        thread = threading.Thread(target=relay, args=(label, process), daemon=True)
         thread.start()
-    failed = []
-    for (part, process), thread in zip(processes, threads):
-        if process.wait() != 0:
-            failed.append(f"seeds {part} (exit status {process.returncode})")
-        thread.join()
+        return label, process, thread
+
+    queue, running, failed = list(units), [], []
+    while queue or running:
+        while queue and len(running) < workers:
+            running.append(start(*queue.pop(0)))
+        time.sleep(0.2)
+        for entry in [entry for entry in running if entry[1].poll() is not None]:
+            label, process, thread = entry
+            thread.join()
+            running.remove(entry)
+            if process.returncode != 0:
+                failed.append(f"{label} (exit status {process.returncode})")
     if failed:
         raise SystemExit(
             f"trl-rlvr-ext study: worker(s) failed: {', '.join(failed)} (their output is above). The finished runs "
             "are kept: rerun the same command to resume."
         )
+
+
+_WORKER_FLAGS = ("--seeds", "--arms", "--workers", "--records", "--recorded_command")
 
 
 # The subcommands of `trl-rlvr-ext study` and what each does. `study <name> ...` is `study run <name> ...`, so the

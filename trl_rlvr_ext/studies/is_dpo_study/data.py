@@ -37,14 +37,31 @@ def build_preference_data(
     (atomically: a finished build is exactly a directory with ``meta.json``), then loaded. Returns ``(dataset, meta)``.
     ``base`` overrides the base's warm start (`Setting.base`): the pairs are the samples of that base, under its own
     key."""
-    from datasets import Dataset, load_from_disk
-
     settings = _data_settings(task, sizes, quick, base)
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     data_dir = out_dir / task.name / "_data" / key
     if (data_dir / "meta.json").is_file():
-        return load_from_disk(str(data_dir / "pairs")), json.loads((data_dir / "meta.json").read_text())
+        return _load(data_dir)
+    # Processes side by side (``study --workers``) may reach an unbuilt key together: one builds, the others wait and
+    # load its build (without the lock a late builder would replace the folder another process is reading)
+    from filelock import FileLock
 
+    locks = out_dir / task.name / "_data_locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(locks / f"{key}.lock")):
+        if (data_dir / "meta.json").is_file():
+            return _load(data_dir)
+        return _build(task, settings, quick, data_dir, log)
+
+
+def _load(data_dir: Path):
+    from datasets import load_from_disk
+
+    return load_from_disk(str(data_dir / "pairs")), json.loads((data_dir / "meta.json").read_text())
+
+
+def _build(task: StudyTask, settings: dict, quick: bool, data_dir: Path, log):
+    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ...data import load_named_dataset
@@ -104,4 +121,4 @@ def build_preference_data(
     shutil.rmtree(data_dir, ignore_errors=True)  # a half-written build without meta.json
     os.replace(tmp, data_dir)
     log(f"[is_dpo] {task.name}: {len(pairs)} pairs from {len(rows)} prompts in {meta['build_seconds']:.0f} s")
-    return load_from_disk(str(data_dir / "pairs")), meta
+    return _load(data_dir)

@@ -11,7 +11,7 @@ trained arm uses the same adapter, sizes and learning rate (`design`); the claim
 there, before the runs.
 
 Run it with two one-thread processes side by side (the default of ``trl-rlvr-ext study``: ``--workers 2
---num_threads 1``, seeds split between them); a finished run is loaded, not redone, so the commands
+--num_threads 1``, the runs handed out to them seed by seed); a finished run is loaded, not redone, so the commands
 (`design.COMMANDS`) resume across sessions. ``--quick`` runs the pipeline on the tiny random model.
 """
 
