@@ -44,7 +44,8 @@ def seed_ranges(seeds) -> str:
     return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)
 
 
-_BLOCK = re.compile(
+# A rendered block as a page holds it: its opening marker (indented like the block), its body, its end marker.
+RENDERED_BLOCK = re.compile(
     r"^(?P<indent>[ \t]*)<!-- rendered: (?P<id>\S+) -->\n(?P<body>.*?)^(?P=indent)<!-- end rendered -->$",
     re.MULTILINE | re.DOTALL,
 )
@@ -67,7 +68,7 @@ def fill(text: str, blocks: dict[str, str], where: str = "page") -> str:
         body = "\n".join(indent + line if line else line for line in blocks[block_id].split("\n"))
         return f"{indent}<!-- rendered: {block_id} -->\n{body}\n{indent}<!-- end rendered -->"
 
-    out = _BLOCK.sub(replace, text)
+    out = RENDERED_BLOCK.sub(replace, text)
     unclosed = sorted(set(BLOCK_IDS.findall(text)) - set(seen))
     if unclosed:  # an opening marker the block pattern did not match would otherwise stay empty, silently
         raise ValueError(f"{where}: close the rendered blocks {unclosed} with a line `<!-- end rendered -->`.")

@@ -17,7 +17,7 @@ percentages, large counts) far better than small counts.
 
 import re
 
-from .markdown import _BLOCK
+from .markdown import RENDERED_BLOCK
 
 
 _FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
@@ -46,7 +46,7 @@ def prose_of(page_text: str) -> str:
     """A page's hand-written prose: the text outside its rendered blocks, code fences, inline code, link targets,
     HTML comments and references (arXiv ids, dates)."""
     text = page_text
-    for pattern in (_BLOCK, _FENCE, _HTML_COMMENT, _INLINE_CODE, _LINK_TARGET, _REFERENCE):
+    for pattern in (RENDERED_BLOCK, _FENCE, _HTML_COMMENT, _INLINE_CODE, _LINK_TARGET, _REFERENCE):
         text = pattern.sub(_blank, text)
     return text
 
@@ -58,7 +58,7 @@ def _blank(match: re.Match) -> str:
 
 def rendered_numbers(page_text: str) -> set[str]:
     """The numbers the page's rendered blocks print (`numbers_in` over each block's body)."""
-    return set().union(*(numbers_in(m["body"]) for m in _BLOCK.finditer(page_text)))
+    return set().union(*(numbers_in(m["body"]) for m in RENDERED_BLOCK.finditer(page_text)))
 
 
 def unbacked_numbers(page_text: str, declared: dict[str, str] | None = None) -> list[tuple[str, int, str]]:
