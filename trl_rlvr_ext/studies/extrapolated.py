@@ -54,11 +54,10 @@ def extrapolated_model(out_dir: Path, task: StudyTask, arm: Arm, seed: int, base
     )
     checkpoint = output / f"step{spec.target_step}"
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    model = AutoModelForCausalLM.from_pretrained(base_path)  # the dtype the trainer loads ("auto")
-    if manifest.kind == "adapter":
+    if manifest.kind == "adapter":  # the adapter on the base, in the dtype the trainer loads ("auto")
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(model, str(checkpoint))
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path), str(checkpoint))
     else:
         model = AutoModelForCausalLM.from_pretrained(str(checkpoint))
     model.eval()
