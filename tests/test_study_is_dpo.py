@@ -145,8 +145,12 @@ def test_is_dpo_tasks_are_the_self_studys_with_the_same_cached_bases(monkeypatch
     calls = []
     monkeypatch.setattr(gym_bases, "get_gym_base_model_path", lambda **kwargs: calls.append(kwargs) or "base")
     is_dpo, self_study = get_study("is_dpo"), get_study("self")
-    assert list(is_dpo.tasks) == ["number_sorting", "chain_sum"]
-    for name, task in is_dpo.tasks.items():
+    # the defaults' tasks; the real model's task belongs to its own setting only
+    assert is_dpo.default_tasks(None) == ["number_sorting", "chain_sum"]
+    assert is_dpo.default_tasks("dense") == ["number_sorting", "chain_sum"]
+    assert is_dpo.default_tasks("pretrained") == ["products"]  # the tasks the setting is declared for
+    for name in is_dpo.default_tasks(None):
+        task = is_dpo.tasks[name]
         twin = self_study.tasks[name]
         assert (task.dataset, task.reward, task.max_completion_length) == (
             twin.dataset,
@@ -464,3 +468,96 @@ def test_the_rate_calibration_block_renders_each_rate_and_the_rules_choice(tmp_p
     assert "| **3e-5** | 0.80 | 0.60 | 0.75 | 0.30 | 0.500 | 42 |" in block
     assert "| 1e-4 | 0.80 | 0.20 | 0.25 | 1.00 | 0.500 | 42 |" in block
     assert block.count("The rule's choice: **3e-5**.") == 2 and "- `rate_calibration`" in block
+
+
+def test_the_real_models_design_is_declared_with_its_own_claims_task_and_page_setting(tmp_path):
+    from trl_rlvr_ext.scripts.study import make_parser
+    from trl_rlvr_ext.studies import get_study
+    from trl_rlvr_ext.studies.is_dpo_study import (
+        PRETRAINED_ARMS,
+        PRETRAINED_COMMAND,
+        PRETRAINED_RECORDS,
+        PRETRAINED_SEEDS,
+        PRETRAINED_SETTING,
+    )
+    from trl_rlvr_ext.studies.is_dpo_study.pages import PAGE
+    from trl_rlvr_ext.studies.runner import plan_study
+    from trl_rlvr_ext.studies.tasks import REAL_MODEL_DATASET, REAL_MODEL_TEMPERATURE
+
+    study = get_study("is_dpo")
+    args = make_parser().parse_args(PRETRAINED_COMMAND.split()[2:])
+    assert (args.name, args.setting, args.tasks, args.records) == (
+        "is_dpo",
+        PRETRAINED_SETTING,
+        "products",
+        PRETRAINED_RECORDS,
+    )
+    assert args.arms.split(",") == list(PRETRAINED_ARMS) and args.seeds == ",".join(map(str, PRETRAINED_SEEDS))
+    task = study.tasks["products"]
+    assert (task.dataset, task.temperature, task.settings) == (
+        REAL_MODEL_DATASET,
+        REAL_MODEL_TEMPERATURE,
+        (PRETRAINED_SETTING,),
+    )
+    sizes = study.default_sizes(False, PRETRAINED_SETTING)
+    assert (sizes.max_steps, sizes.learning_rate, sizes.num_prompts, sizes.eval_problems, sizes.eval_samples) == (
+        24,
+        1e-5,
+        8,
+        32,
+        32,
+    )
+    # the real model's claims are its own; the toy bases' claims 1 and 2 never take a part from its setting
+    own = [c for c in study.claims if PRETRAINED_SETTING in c.settings]
+    assert [(c.arm, c.baseline, c.direction) for c in own] == [
+        ("dpo_b0.01", "base", -1),
+        ("isdpo_b0.01", "dpo_b0.01", 1),
+    ]
+    assert all(c.settings == (PRETRAINED_SETTING,) for c in own)
+    assert all(c.settings and PRETRAINED_SETTING not in c.settings for c in study.claims if c not in own)
+    assert {c.arm for c in own} | {c.baseline for c in own} == set(PRETRAINED_ARMS)
+    setting = next(s for s in PAGE.settings if s.name == PRETRAINED_SETTING)
+    assert (setting.records, setting.seeds) == ((PRETRAINED_RECORDS,), PRETRAINED_SEEDS)
+    # the task belongs to its setting: without it, or in another, naming it fails; no --tasks there picks it
+    for setting_name in (None, "dense"):
+        with pytest.raises(ValueError, match=r"Task 'products' runs only in setting\(s\) \['pretrained'\]"):
+            plan_study(study, tmp_path, tasks=["products"], setting=setting_name)
+    assert plan_study(study, tmp_path, setting=PRETRAINED_SETTING).tasks == ["products"]
+    assert plan_study(study, tmp_path).tasks == ["number_sorting", "chain_sum"]
+
+
+def test_quick_pretrained_setting_pairs_chat_prompts_with_assistant_messages(tmp_path, monkeypatch):
+    """The real model's task has chat prompts: every chosen and rejected of its pairs is an assistant message (a
+    gold chosen of the tiny model's smoke run too), so TRL's DPO tokenises them with the chat template."""
+    from datasets import load_from_disk
+
+    from trl_rlvr_ext.studies.tasks import REAL_MODEL_DATASET
+
+    monkeypatch.setenv("TRL_RLVR_EXT_DEBUG", "1")
+    out = tmp_path / "study"
+    arms = "base,dpo_b0.01,isdpo_b0.01"
+    main(
+        [
+            "study",
+            "is_dpo",
+            "--quick",
+            "--setting",
+            "pretrained",
+            "--arms",
+            arms,
+            "--seeds",
+            "0",
+            "--out_dir",
+            str(out),
+        ]
+    )
+    (data,) = (out / "products" / "_data").iterdir()
+    pairs = load_from_disk(str(data / "pairs"))
+    assert pairs.num_rows > 0
+    for row in pairs:
+        assert isinstance(row["prompt"], list) and row["prompt"][-1]["role"] == "user"
+        for column in ("chosen", "rejected"):
+            assert [m["role"] for m in row[column]] == ["assistant"]
+    for arm in arms.split(","):
+        result = json.loads((out / "products" / arm / "seed0" / "result.json").read_text())
+        assert (result["setting"], result["dataset"]) == ("pretrained", REAL_MODEL_DATASET)

@@ -26,6 +26,9 @@ class StudyTask:
         temperature: the sampling temperature of training and of the final evaluation. 1 (the default) samples the
             policy's own distribution; a pretrained chat model whose task was screened at a lower temperature (the
             real model's, `docs/evidence/screening.md`) is studied at that one.
+        settings: the study's settings the task belongs to (empty: every one, and the defaults). Like
+            `Arm.settings`: a task declared for some settings only is left out of the default tasks elsewhere, so that
+            adding it leaves the tasks an older command runs unchanged, and naming it there fails.
     """
 
     name: str
@@ -36,6 +39,7 @@ class StudyTask:
     max_completion_length: int
     selector: str = ""
     temperature: float = 1.0
+    settings: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.temperature > 0:
@@ -266,6 +270,13 @@ class Study:
             known = sorted(self.settings) or "none: this study has no settings"
             raise ValueError(f"Unknown setting {name!r} for study {self.name!r}: choose from {known}.")
         return self.settings[name]
+
+    def default_tasks(self, setting: str | None) -> list[str]:
+        """The tasks a run in ``setting`` (``None``: the defaults) runs when none are named: every task that belongs to
+        it (`StudyTask.settings`), or the tasks the setting is declared for (`Setting.tasks`)."""
+        if setting is not None and self.get_setting(setting).tasks:
+            return list(self.get_setting(setting).tasks)
+        return [name for name, task in self.tasks.items() if not task.settings or setting in task.settings]
 
     def default_arms(self, setting: str | None) -> list[str]:
         """The arms a run in ``setting`` (``None``: the defaults) runs when none are named: every arm that belongs to

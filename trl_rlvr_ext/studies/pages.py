@@ -294,6 +294,9 @@ def commands_block(settings_records: dict[str, list[dict]]) -> str:
     """Per setting: every command that produced its runs (with the number of runs), and the wall time per task."""
     lines = []
     for setting, records in settings_records.items():
+        if not records:  # a declared setting before its first run
+            lines += [f"Setting `{setting}`: no runs yet.", ""]
+            continue
         commands: dict[str, int] = {}
         for r in records:
             commands[r.get("command", "")] = commands.get(r.get("command", ""), 0) + 1

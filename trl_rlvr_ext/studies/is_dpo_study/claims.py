@@ -3,6 +3,7 @@
 from .. import base_steps
 from ..frontier import MatchedKLClaim
 from ..verdicts import Claim
+from .design import PRETRAINED_SETTING
 
 
 CLAIM = (
@@ -28,6 +29,16 @@ _OVER_OPTIMISES = [
 ] + [("1b. DPO at β = 0.01 ends below DPO at β = 0.1", "dpo_b0.01", "dpo_b0.1")]
 
 
+# The page settings of the toy bases' designs (claims 1 and 2 were declared for them; the real model's setting has its
+# own claims, 6 and 7, so that its parts do not enter the verdicts these claims had before it existed)
+_TOY_BASES = (
+    "main",
+    "dense",
+    *(base_steps.validated_setting(task) for task in base_steps.VALIDATED_TASKS),
+    *(f"{base_steps.validated_setting(task)}_lr1e-4" for task in base_steps.VALIDATED_TASKS),
+)
+
+
 CLAIMS = [
     Claim(
         name,
@@ -38,6 +49,7 @@ CLAIMS = [
         smallest_effect=0.02,
         reason=_TWO_POINTS,
         part_of="1. DPO over-optimises, most at small β",
+        settings=_TOY_BASES,
     )
     for name, arm, baseline in _OVER_OPTIMISES
 ] + [
@@ -49,6 +61,7 @@ CLAIMS = [
         smallest_effect=0.02,
         reason=_TWO_POINTS,
         part_of="2. IS-DPO ends above DPO at the same step budget",
+        settings=_TOY_BASES,
     )
     for beta in (0.01, 0.1)
 ]
@@ -84,6 +97,31 @@ CLAIMS += [
         ),
     )
     for name, arm, baseline in _BETTER_DPO
+]
+
+
+# The real pretrained model's claims (design.PRETRAINED_SETTING, declared with it before its runs): claims 1a and 2 at
+# β = 0.01 on SmolLM2-135M-Instruct's own samples.
+CLAIMS += [
+    Claim(
+        "6. On the real model, DPO at β = 0.01 ends below the base (over-optimisation)",
+        arm="dpo_b0.01",
+        baseline="base",
+        metric="pass@1",
+        direction=-1,
+        smallest_effect=0.02,
+        reason=_TWO_POINTS,
+        settings=(PRETRAINED_SETTING,),
+    ),
+    Claim(
+        "7. On the real model, IS-DPO ends above DPO at β = 0.01 after the same steps",
+        arm="isdpo_b0.01",
+        baseline="dpo_b0.01",
+        metric="pass@1",
+        smallest_effect=0.02,
+        reason=_TWO_POINTS,
+        settings=(PRETRAINED_SETTING,),
+    ),
 ]
 
 

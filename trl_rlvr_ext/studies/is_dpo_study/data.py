@@ -95,7 +95,10 @@ def _build(task: StudyTask, settings: dict, quick: bool, data_dir: Path, log):
         if not right:
             if not quick:
                 continue
-            right, from_gold = [task.gold_completion(row)], from_gold + 1
+            gold = task.gold_completion(row)
+            if isinstance(row["prompt"], list):  # a chat prompt: the completion is the assistant's message
+                gold = [{"role": "assistant", "content": gold}]
+            right, from_gold = [gold], from_gold + 1
         pairs.append({"prompt": row["prompt"], "chosen": right[0], "rejected": wrong[0]})
     if not pairs:
         raise RuntimeError(

@@ -8,7 +8,18 @@ from ..design import Column
 from ..frontier import matched_kl_table
 from ..markdown import marked, table
 from ..pages import MethodSummary, Page, PageSetting, arm_order, first_logged, last_logged, load_records
-from . import RATE_COLLAPSE, RATE_SETTINGS, RATE_STEPS, choose_rate, matched_kl_comparisons, rate_runs
+from . import (
+    PRETRAINED_RECORDS,
+    PRETRAINED_SEEDS,
+    PRETRAINED_SETTING,
+    RATE_COLLAPSE,
+    RATE_SETTINGS,
+    RATE_STEPS,
+    SETTINGS,
+    choose_rate,
+    matched_kl_comparisons,
+    rate_runs,
+)
 
 
 def frontier_block(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
@@ -145,6 +156,13 @@ PAGE = Page(
             "validated_number_sorting_lr1e-4",
             "the dense design on number_sorting's chosen base at the rate chosen on it (1e-4)",
             ("docs/evidence/data/is_dpo_validated_lr.jsonl",),
+        ),
+        # the real pretrained model (is_dpo_study: PRETRAINED_SETTING, declared before its runs, seeds 10-14)
+        PageSetting(
+            PRETRAINED_SETTING,
+            SETTINGS[PRETRAINED_SETTING].description,
+            (PRETRAINED_RECORDS,),
+            seeds=PRETRAINED_SEEDS,
         ),
     ),
     "IS-DAA",

