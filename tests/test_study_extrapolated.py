@@ -91,3 +91,13 @@ def test_the_arm_evaluates_relex_on_its_source_trajectory(tmp_path, monkeypatch)
     shutil.rmtree(trajectory)
     with pytest.raises(ValueError, match="delete that result.json and run the source arm again"):
         extrapolated_model(out, task, arm, 0, base_model(True), tmp_path / "third")
+
+
+def test_the_trajectory_is_where_the_source_arms_config_put_it(tmp_path):
+    """A source arm that names its own ``relex_trajectory_dir`` is read there; without one, at the config's default
+    under the run's trainer folder."""
+    default = trajectory_dir(tmp_path, "products", RELEX_SOURCE, 3)
+    assert default == tmp_path / "products" / RELEX_SOURCE / "seed3" / "train" / "relex_trajectory"
+    assert trajectory_dir(tmp_path, "products", RELEX_SOURCE, 3, {"max_steps": 8}) == default
+    moved = tmp_path / "elsewhere"
+    assert trajectory_dir(tmp_path, "products", RELEX_SOURCE, 3, {"relex_trajectory_dir": str(moved)}) == moved

@@ -1,9 +1,10 @@
 """An extrapolated arm's model (`design.Extrapolation`): RELEX fits the trajectory that another arm's same-seed run
 recorded and writes the checkpoint at the target step, which the run then evaluates like any trained model.
 
-The source run records its trajectory with ``relex_record_steps`` (`RLVRGRPOConfig`) into its trainer's output folder
-(``<run>/train/relex_trajectory``, the config's default). A record restored from a study's records file carries no
-trajectory: the source run must then be run again here, and the error says so.
+The source run records its trajectory with ``relex_record_steps`` (`RLVRGRPOConfig`) into the folder its arm's
+``relex_trajectory_dir`` names, else into its trainer's output folder (``<run>/train/relex_trajectory``, the config's
+default). A record restored from a study's records file carries no trajectory: the source run must then be run again
+here, and the error says so.
 """
 
 from pathlib import Path
@@ -15,22 +16,34 @@ from .run_files import result_path, run_dir
 TRAJECTORY = Path("train") / "relex_trajectory"
 
 
-def trajectory_dir(out_dir: Path, task: str, source: str, seed: int) -> Path:
-    """Where a source run's trajectory is: its trainer's output folder's ``relex_trajectory`` (the config's default)."""
-    return run_dir(out_dir, task, source, seed) / TRAJECTORY
+def trajectory_dir(out_dir: Path, task: str, source: str, seed: int, source_config: dict | None = None) -> Path:
+    """Where a source run's trajectory is: the folder its config names (``relex_trajectory_dir`` in
+    ``source_config``, the source arm's config as it ran), else its trainer's output folder's ``relex_trajectory``
+    (the config's default)."""
+    configured = (source_config or {}).get("relex_trajectory_dir")
+    return Path(configured) if configured else run_dir(out_dir, task, source, seed) / TRAJECTORY
 
 
-def extrapolated_model(out_dir: Path, task: StudyTask, arm: Arm, seed: int, base_path: str, folder: Path):
+def extrapolated_model(
+    out_dir: Path,
+    task: StudyTask,
+    arm: Arm,
+    seed: int,
+    base_path: str,
+    folder: Path,
+    source_config: dict | None = None,
+):
     """``(model, tokenizer, record)``: the checkpoint RELEX extrapolates from the source's same-seed trajectory
-    (written under ``folder / "relex"``), loaded on the base model as the trainer loads it, and what the record keeps
-    of the fit (the settings and RELEX's variance report: explained variance and R² over the tensors)."""
+    (`trajectory_dir`, with the source arm's ``source_config``; written under ``folder / "relex"``), loaded on the
+    base model as the trainer loads it, and what the record keeps of the fit (the settings and RELEX's variance
+    report: explained variance and R² over the tensors)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ..extrapolation import relex_trajectory
     from ..extrapolation.trajectory import read_manifest
 
     spec = arm.extrapolate
-    source = trajectory_dir(out_dir, task.name, spec.source, seed)
+    source = trajectory_dir(out_dir, task.name, spec.source, seed, source_config)
     if not (source / "manifest.json").is_file():
         finished = result_path(out_dir, task.name, spec.source, seed)
         how = (

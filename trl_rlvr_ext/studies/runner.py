@@ -106,7 +106,10 @@ def run_one(
     if arm.extrapolate is not None:
         from .extrapolated import extrapolated_model
 
-        model, tokenizer, extrapolation = extrapolated_model(out_dir, task, arm, seed, base_path, folder)
+        source = study.arm_in_setting(study.arms[arm.extrapolate.source], setting)  # its config as it ran
+        model, tokenizer, extrapolation = extrapolated_model(
+            out_dir, task, arm, seed, base_path, folder, source_config=source.config
+        )
     if arm.train:
         from transformers import AutoTokenizer
 
