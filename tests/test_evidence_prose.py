@@ -37,7 +37,7 @@ DECLARED = {
         "reference": "18 2021",
         "arithmetic": "10",
     },
-    "is_dpo.md": {"setting": "1000 199"},
+    "is_dpo.md": {"setting": "199", "reference": "135"},
     "lora_init.md": {"setting": "199 32 5e-6 60 8", "paper": "1.5"},
     "nsr.md": {"setting": "199 256 3000"},
     "pretrained.md": {"reference": "135"},

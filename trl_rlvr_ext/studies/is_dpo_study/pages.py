@@ -2,6 +2,7 @@
 frontier (KL and greedy accuracy per step), the matched-KL comparisons and early stopping of a setting with a
 validation split, and the learning rate chosen on validation problems (`choose_rate`)."""
 
+import json
 from pathlib import Path
 
 from ..design import Column
@@ -45,11 +46,43 @@ def frontier_block(page: "Page", setting: PageSetting, task: str, records: list[
     return {"frontier": "\n".join(lines)}
 
 
+def design_block(records: list[dict]) -> str:
+    """A setting's design as its records hold it: the shared preference data (pairs, prompts, the base's sample
+    accuracy, build time), the trained runs' sizes and the final evaluation."""
+    trained = [r for r in records if r.get("preference_data")]
+    if not trained:
+        return "No trained run yet."
+    data, sizes = trained[0]["preference_data"], trained[0]["sizes"]
+    settings = data["settings"]
+    prompts = (
+        f"the task's train prompts (at most its first {settings['num_prompts']}; {data['prompts_all_correct']} with "
+        f"every sample correct, {data['prompts_all_wrong']} with every sample wrong)"
+    )
+    sampled = (
+        f"{settings['num_samples']} samples each at temperature {settings['temperature']:g}, the base's sample "
+        f"accuracy {data['sample_accuracy']:.3f}"
+    )
+    visits = sizes["max_steps"] * sizes["num_prompts"] / data["num_pairs"]
+    lines = [
+        f"- Preference data, built once and shared by every arm and seed: **{data['num_pairs']} pairs** from "
+        + f"{prompts}, {sampled}; built in {data['build_seconds']:.0f} s.",
+        f"- Training: {sizes['max_steps']} steps of {sizes['num_prompts']} pairs at learning rate "
+        + f"{sizes['learning_rate']:g} (constant), so each pair is seen about {visits:.0f} times.",
+        f"- Final Pass@k: {sizes['eval_problems']} held-out problems x {sizes['eval_samples']} samples; the "
+        + f"frontier on the first {sizes['probe_problems']} every {sizes['probe_every']} steps.",
+    ]
+    if len({json.dumps(r["preference_data"], sort_keys=True) for r in trained}) > 1:
+        lines.append("- **The trained runs' preference data differ** (their `preference_data` records).")
+    return "\n".join(lines)
+
+
 def is_dpo_blocks(page: "Page", setting: PageSetting, task: str, records: list[dict]) -> dict[str, str]:
     """The is_dpo page's blocks per task and setting: the frontier (`frontier_block`) and, for a setting with a
     validation split, the matched-KL comparisons (`trl_rlvr_ext.studies.frontier`) and each early-stopped run's
-    step."""
+    step; for the real model's setting, its design as recorded (`design_block`)."""
     blocks = frontier_block(page, setting, task, records)
+    if setting.name == PRETRAINED_SETTING:
+        blocks["design"] = design_block(records)
     if not any(r.get("frontier_validation") for r in records):
         return blocks
     comparisons = matched_kl_comparisons(records, {setting.name})

@@ -102,7 +102,10 @@ NOT_RUN = {
         "at the largest k is needed first, and the two harder product tasks screened for it fail the learnable rule "
         "(screening rows 4 and 5: too hard, and guessable at the largest k)"
     ),
-    "d. IS-DPO on the model's own samples": "not declared yet: it needs a DPO design of its own (pairs, rates, KL grid)",
+    "d. IS-DPO on the model's own samples": (
+        "not in this study (a DPO design, not GRPO): the is_dpo study's setting 'pretrained' runs it on this model and "
+        "task, with its claims 6 and 7 on that page (docs/evidence/is_dpo.md)"
+    ),
     "POISE": (
         "not declared: at the shared sizes its value probe would never act (16 steps at 2 per generation batch are 8 "
         "batches, and POISE trains on RLOO for its first 16 while the probe's buffer fills, the authors' "
