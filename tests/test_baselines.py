@@ -120,8 +120,10 @@ def test_committed_trivial_records_cover_every_evaluation_set_and_reproduce():
         "mixture",
         "countdown",
         "countdown_compact",
+        "products",  # the real model's task (the is_dpo study's setting 'pretrained')
     }
     assert {(s["task"], s["num_samples"]) for s in sets} >= {
+        ("products", 32),
         ("toy", 64),
         ("toy", 256),
         ("chain_sum", 64),
