@@ -203,3 +203,10 @@ def test_toy_evaluation_draws_what_its_former_loop_drew(num_samples, temperature
     assert packed == result
     with pytest.raises(ValueError, match="also seed"):
         evaluate_accuracy(model, tokenizer, dataset, seed=9, sampling=sampling)
+
+
+def test_a_completion_takes_its_prompts_format():
+    from trl_rlvr_ext.sampling import completion_in_format
+
+    assert completion_in_format("42", conversational=False) == "42"
+    assert completion_in_format("42", conversational=True) == [{"role": "assistant", "content": "42"}]

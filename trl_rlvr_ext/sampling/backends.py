@@ -41,12 +41,15 @@ def render_prompt_ids(tokenizer, prompts: Sequence) -> list[list[int]]:
     return tokenizer(text=list(prompts))["input_ids"]
 
 
+def completion_in_format(text: str, conversational: bool) -> "str | list[dict]":
+    """A completion in TRL's format: the text itself, or (after a conversational prompt) one assistant message."""
+    return [{"role": "assistant", "content": text}] if conversational else text
+
+
 def decode_completions(tokenizer, completion_ids: Sequence[Sequence[int]], conversational: bool) -> list:
     """Completion texts, in the format TRL hands to reward functions (strings, or one assistant message)."""
     texts = tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-    if conversational:
-        return [[{"role": "assistant", "content": text}] for text in texts]
-    return texts
+    return [completion_in_format(text, conversational) for text in texts]
 
 
 def eos_token_ids_of(model, tokenizer) -> list[int]:

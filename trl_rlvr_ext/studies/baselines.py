@@ -72,7 +72,9 @@ def completion_of(answer: str, dataset: str, prompt, answer_format: str | None =
         text = tagged(answer)
     else:
         text = answer
-    return text if isinstance(prompt, str) else [{"role": "assistant", "content": text}]
+    from ..sampling import completion_in_format
+
+    return completion_in_format(text, not isinstance(prompt, str))
 
 
 def evaluate_trivial_policy(rows: list[dict], dataset: str, reward: Callable, name: str, num_samples: int, seed: int):

@@ -116,7 +116,8 @@ def real_model_base(quick: bool) -> str:
 
 
 def number_gold(row: dict) -> str:
-    """A correct reply under ``answer=last_number``: the answer itself."""
+    """A row's ``answer`` column as its completion: a correct reply under ``answer=last_number`` (the real model's
+    task), and the gold of a user's dataset whose completion is its answer (`user_tasks`)."""
     return str(row["answer"])
 
 

@@ -96,8 +96,7 @@ def dataset_task(dataset: str, reward: str | None = None, base_model: str | None
 
             return resolve_model_name_or_path("toy:tiny") if quick else base_model
 
-        def gold(row: dict) -> str:
-            return str(row["answer"])
+        from .tasks import number_gold as gold  # the answer column as the completion
 
         base = given_base
     return StudyTask(

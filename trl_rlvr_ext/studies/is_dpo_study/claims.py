@@ -31,12 +31,10 @@ _OVER_OPTIMISES = [
 
 # The page settings of the toy bases' designs (claims 1 and 2 were declared for them; the real model's setting has its
 # own claims, 6 and 7, so that its parts do not enter the verdicts these claims had before it existed)
-_TOY_BASES = (
-    "main",
-    "dense",
-    *(base_steps.validated_setting(task) for task in base_steps.VALIDATED_TASKS),
-    *(f"{base_steps.validated_setting(task)}_lr1e-4" for task in base_steps.VALIDATED_TASKS),
-)
+# the dense design on each validated base, and the same at the rate chosen on that base (rates.CONFIRM_RATE_SETTINGS)
+_VALIDATED = tuple(base_steps.validated_setting(task) for task in base_steps.VALIDATED_TASKS)
+_VALIDATED_AT_CHOSEN_RATE = tuple(f"{setting}_lr1e-4" for setting in _VALIDATED)
+_TOY_BASES = ("main", "dense", *_VALIDATED, *_VALIDATED_AT_CHOSEN_RATE)
 
 
 CLAIMS = [
@@ -145,9 +143,7 @@ MATCHED_KL_CLAIMS = [
         reason=_GOLD_POINTS,
         # the dense design on number_sorting's chosen base too (declared with its IS-DPO arms, before they ran), and
         # there at the rate chosen on that base (declared with its runs, before they ran)
-        settings=_DENSE
-        + tuple(base_steps.validated_setting(task) for task in base_steps.VALIDATED_TASKS)
-        + tuple(f"{base_steps.validated_setting(task)}_lr1e-4" for task in base_steps.VALIDATED_TASKS),
+        settings=_DENSE + _VALIDATED + _VALIDATED_AT_CHOSEN_RATE,
     )
     for arm, baseline in (
         ("isdpo_b0.01", "dpo_b0.01"),

@@ -67,7 +67,14 @@ def _build(task: StudyTask, settings: dict, quick: bool, data_dir: Path, log):
     from ...data import load_named_dataset
     from ...dpo.behavior import score_behavior_logps
     from ...rewards import get_reward_func
-    from ...sampling import SamplingSettings, TransformersBackend, as_reward_func_list, sample_and_grade
+    from ...sampling import (
+        SamplingSettings,
+        TransformersBackend,
+        as_reward_func_list,
+        completion_in_format,
+        is_conversational_prompt,
+        sample_and_grade,
+    )
 
     log(f"[is_dpo] {task.name}: building the preference data in {data_dir}")
     start = time.perf_counter()
@@ -95,9 +102,8 @@ def _build(task: StudyTask, settings: dict, quick: bool, data_dir: Path, log):
         if not right:
             if not quick:
                 continue
-            gold = task.gold_completion(row)
-            if isinstance(row["prompt"], list):  # a chat prompt: the completion is the assistant's message
-                gold = [{"role": "assistant", "content": gold}]
+            # in the prompt's format, as the sampled completions are (a chat prompt's: an assistant message)
+            gold = completion_in_format(task.gold_completion(row), is_conversational_prompt(row["prompt"]))
             right, from_gold = [gold], from_gold + 1
         pairs.append({"prompt": row["prompt"], "chosen": right[0], "rejected": wrong[0]})
     if not pairs:
