@@ -22,8 +22,21 @@ def test_design_declares_every_claim_arm_and_five_fresh_seeds():
     arms = [arm for group in GROUPS.values() for arm in group]
     assert list(study.arms) == arms
     assert len(SEEDS) >= 5 and not {0, 1} & set(SEEDS)  # the pilot's seeds are not reused
-    for claim in CLAIMS:  # every claim against stock GRPO + LoRA, but RELEX's against the steps it is fit on
-        assert claim.arm in arms and claim.baseline == ("lora_8steps" if claim.name.startswith("8.") else "lora")
+    # every claim against stock GRPO + LoRA, but RELEX's against the steps it is fit on and SELF's boundary claims
+    # (group b): the base against the trivial policy, GRPO against the base, SELF against GRPO at as many prompts
+    baselines = {"8.": "lora_8steps", "10.": "trivial*", "11.": "base", "12c.": "lora_same_prompts"}
+    for claim in CLAIMS:
+        assert claim.arm in arms and claim.baseline == baselines.get(claim.name.split()[0], "lora")
+    # the boundary claims read pass@k at the design's largest k and need the base above the trivial policy there;
+    # those that read only arms seen on the page before group b's declaration say so
+    boundary = [c for c in CLAIMS if c.metric != "pass@1"]
+    assert [c.name.split()[0] for c in boundary] == ["10.", "11.", "12.", "12c."]
+    assert {c.metric for c in boundary} == {f"pass@{SIZES.eval_samples}"}
+    assert all(c.requires == boundary[0].name for c in boundary[1:])
+    assert [bool(c.exploratory) for c in boundary] == [True, True, False, False]
+    assert study.arms["self"].config == {"curation": "self", "curation_id_column": "idx"}
+    assert study.arms["lora_same_prompts"].same_prompts_as == "self"
+    assert study.arms["self"].peft == study.arms["lora_same_prompts"].peft == study.arms["lora"].peft
     assert [c.margin for c in CLAIMS if c.margin is not None] == [0.03]  # one non-inferiority claim: RELEX's 9
     assert study.tasks["products"].temperature == 0.7
     assert SIZES.steps_per_generation > 1  # rollouts are reused, so the clip rules act

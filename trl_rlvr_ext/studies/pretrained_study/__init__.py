@@ -6,7 +6,9 @@ init), the LoRA initialisers ``rlpo``, ``rlmo``, ``pissa``, ``milora`` (`RLVRGRP
 default init, the rules ``nsr`` (`clip_recovery`), ``acpo`` (`adaptive_clip`) and ``delta`` (`token_credit`), and the
 next methods ``rsi_s`` (`rsi_selection`) and ``popo`` (`objective`); then stock GRPO + LoRA stopped at half the
 steps with its trajectory recorded (``lora_8steps``, `relex_record_steps`) and ``relex``, the checkpoint RELEX
-extrapolates from it to the full budget (`design.Extrapolation`). Every
+extrapolates from it to the full budget (`design.Extrapolation`); then SELF's curation ``self``
+(`RLVRGRPOConfig.curation`) and stock GRPO + LoRA at as many whole batches as the prompts SELF trained on
+(``lora_same_prompts``). Every
 trained arm uses the same adapter, sizes and learning rate (`design`); the claims and the pilot's sizing are declared
 there, before the runs.
 
@@ -15,7 +17,8 @@ Run it with two one-thread processes side by side (the default of ``trl-rlvr-ext
 (`design.COMMANDS`) resume across sessions. ``--quick`` runs the pipeline on the tiny random model.
 """
 
-from ..design import Arm, Extrapolation, Study, log_column
+from ..budgets import prompts_trained, updates_made
+from ..design import Arm, Column, Extrapolation, Study, log_column
 from ..tasks import number_gold as gold_completion  # noqa: F401  (re-exported: the study's names)
 from ..tasks import real_model_base as base_model  # noqa: F401  (re-exported: the study's names)
 from ..tasks import real_model_task
@@ -36,6 +39,8 @@ from .design import (  # noqa: F401  (re-exported: the study's names)
     RELEX_TARGET,
     RULES,
     SEEDS,
+    SELF_ARMS,
+    SELF_PROMPTS_MATCHED,
     SIZES,
     TASK,
     TEMPERATURE,
@@ -72,6 +77,10 @@ def make_study() -> Study:
         peft=dict(LORA_SETTINGS),
         extrapolate=Extrapolation(RELEX_SOURCE, RELEX_HISTORY, RELEX_TARGET),
     )
+    # (b) SELF's curation, and stock GRPO at as many whole batches as the prompts the same-seed SELF run trained on
+    for name, options in SELF_ARMS.items():
+        arms[name] = Arm(name, config=dict(options), peft=dict(LORA_SETTINGS))
+    arms[SELF_PROMPTS_MATCHED] = Arm(SELF_PROMPTS_MATCHED, peft=dict(LORA_SETTINGS), same_prompts_as="self")
     task = real_model_task()
     return Study(
         "pretrained",
@@ -85,6 +94,9 @@ def make_study() -> Study:
             # generation batch at ratio 1 included), and the completions cut at max_completion_length
             log_column("clipped tokens", "clip_ratio/region_mean", "mean", digits=4),
             log_column("truncated completions", "completions/clipped_ratio", "mean"),
+            # SELF's budget (group b): the updates made and the prompts trained on, as on the self study's page
+            Column("updates made", lambda r: updates_made(r) if r.get("train_log") else None, 0),
+            Column("prompts trained", lambda r: prompts_trained(r) if r.get("train_log") else None, 0),
         ],
         curves=["reward", "grad_norm"],
         sizes=SIZES,
