@@ -134,8 +134,15 @@ def precision_part(model_path: str, tmp: str, args) -> None:
             )
             trainer.train()
             medians[name].append(statistics.median(timer.times[1:]))
+    from trl_rlvr_ext.provenance import cpu_info
+
     ratios = [b / f for b, f in zip(medians["bf16"], medians["fp32"])]
-    print(f"\nStock GRPO step, bf16 autocast vs fp32, on {args.model}, CPU {torch.get_num_threads()} thread(s)")
+    cpu = cpu_info()
+    native = {True: "native bf16", False: "no native bf16", None: "bf16 support unknown"}[cpu["bf16"]]
+    print(
+        f"\nStock GRPO step, bf16 autocast vs fp32, on {args.model}, CPU {cpu['model']} ({native}), "
+        f"{torch.get_num_threads()} thread(s)"
+    )
     print(f"fp32 {statistics.median(medians['fp32']):.2f} s, bf16 {statistics.median(medians['bf16']):.2f} s per step")
     print(
         f"step ratio bf16 / fp32: {statistics.median(ratios):.3f} (per round {', '.join(f'{x:.3f}' for x in ratios)})"

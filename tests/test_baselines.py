@@ -105,13 +105,13 @@ def test_records_schema_determinism_and_the_mixture_per_task():
 
 
 def test_committed_trivial_records_cover_every_evaluation_set_and_reproduce():
-    from trl_rlvr_ext.scripts.study_baselines import read_records
+    from trl_rlvr_ext.scripts.study_baselines import STUDIES, read_records
 
     # every records file the CLI reads (gzip-compressed ones included), the trivial records themselves left out as the
     # CLI leaves them out; records of other kinds (the screening's, the demo's) carry no arm and are not study runs
     records = [r for r in read_records([str(DATA)]) if r.get("study") != "trivial"]
     trivial = [json.loads(line) for line in (DATA / "trivial.jsonl").read_text().splitlines()]
-    sets = baselines.study_evaluation_sets(records, studies={"self", "nsr", "is_dpo", "lora_init"})
+    sets = baselines.study_evaluation_sets(records, studies=set(STUDIES))
     assert {s["task"] for s in sets} == {
         "toy",
         "toy9",
@@ -120,7 +120,7 @@ def test_committed_trivial_records_cover_every_evaluation_set_and_reproduce():
         "mixture",
         "countdown",
         "countdown_compact",
-        "products",  # the real model's task (the is_dpo study's setting 'pretrained')
+        "products",  # the real model's task (the pretrained study, and the is_dpo study's setting 'pretrained')
     }
     assert {(s["task"], s["num_samples"]) for s in sets} >= {
         ("products", 32),

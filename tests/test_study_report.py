@@ -479,6 +479,32 @@ def test_trivial_policies_pair_with_the_arms_seeds_in_order_and_requirements_rea
     assert [p.excluded for p in gated[2:]] == ["claim 0 not reproduced on", ""]
 
 
+def test_trivial_policies_repeat_their_seeds_where_a_setting_declares_more_seeds_than_they_have():
+    """Three trivial seeds against five declared seeds: in a setting that declares its seeds (and judges every one) the
+    policy's seeds repeat in order, 0, 1, 2, 0, 1; elsewhere the pairs stop at the shorter list, as before."""
+    from trl_rlvr_ext.studies.judging import _paired_trivial
+
+    arm = {s: f"arm{s}" for s in (10, 11, 12, 13, 14)}
+    trivial = {s: f"guess{s}" for s in (2, 0, 1)}
+    assert _paired_trivial(arm, trivial, cycle=True) == {
+        10: "guess0",
+        11: "guess1",
+        12: "guess2",
+        13: "guess0",
+        14: "guess1",
+    }
+    assert _paired_trivial(arm, trivial, cycle=False) == {10: "guess0", 11: "guess1", 12: "guess2"}
+    assert _paired_trivial(arm, {7: "one"}, cycle=False) == dict.fromkeys(arm, "one")  # one record: every seed
+    # the pretrained page declares seeds 10-14: its claim 10 is judged on all five of the base's seeds
+    study = get_study("pretrained")
+    setting = PAGES["pretrained"].settings[0]
+    assert setting.seeds == (10, 11, 12, 13, 14)
+    records = [_record("base", s, [8] * 50, "products", num_samples=32) for s in setting.seeds]
+    records += [_record("trivial_x", s, [0] * 50, "products", num_samples=32) for s in (0, 1, 2)]
+    (claim10,) = [p for p in judge_parts("pretrained", study, setting, records) if p.claim.baseline == "trivial*"]
+    assert claim10.judgement.num_seeds == 5 and claim10.judgement.verdict == "reproduced"
+
+
 def test_seed_ranges_by_hand():
     from trl_rlvr_ext.studies.report import seed_ranges
 

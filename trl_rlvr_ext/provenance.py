@@ -1,5 +1,5 @@
-"""Where a record came from: the time, the package's commit, the library versions, the thread count and a digest of
-the base weights. Every records file of the evidence (the studies' runs, the task screening, the real-model demo)
+"""Where a record came from: the time, the package's commit, the library versions, the thread count, the CPU and a
+digest of the base weights. Every records file of the evidence (the studies' runs, the task screening, the real-model demo)
 carries one per record, so a design declared in a commit can be checked against the runs it claims.
 """
 
@@ -12,6 +12,10 @@ from pathlib import Path
 
 
 LIBRARIES = ("torch", "transformers", "trl", "peft")
+# The CPU flags that give native bf16 arithmetic. Without them torch runs a bf16 matmul (TRL's default bf16 autocast
+# on CPU) through a generic loop, several times slower than float32 (bench/RESULTS.md measures both kinds of CPU), so
+# records made on the two kinds have very different wall times.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def git_commit() -> str:
@@ -49,8 +53,28 @@ def weights_digest(model_path: str | Path) -> str | None:
     return digest.hexdigest()
 
 
+def cpu_info(cpuinfo: str | None = None) -> dict:
+    """``{model, bf16}`` of this machine's CPU, from ``/proc/cpuinfo`` (or the text ``cpuinfo``): the first model name,
+    and whether it has native bf16 arithmetic (`BF16_FLAGS`); ``{model: platform.processor(), bf16: None}`` where
+    there is no ``/proc/cpuinfo`` (not Linux: unknown, not guessed)."""
+    import platform
+
+    if cpuinfo is None:
+        path = Path("/proc/cpuinfo")
+        if not path.is_file():
+            return {"model": platform.processor() or "unknown", "bf16": None}
+        cpuinfo = path.read_text()
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    return {"model": fields.get("model name", "unknown"), "bf16": bool(flags & set(BF16_FLAGS))}
+
+
 def provenance(model_path: str | Path | None, num_threads: int, seed: int | None = None) -> dict:
-    """``{time, commit, versions, num_threads, seed, weights_sha256}`` of a run on ``model_path``'s weights."""
+    """``{time, commit, versions, num_threads, cpu, seed, weights_sha256}`` of a run on ``model_path``'s weights."""
     versions = {name: importlib.metadata.version(name) for name in LIBRARIES}
     versions["trl_rlvr_ext"] = importlib.metadata.version("trl-rlvr-ext")
     record = {
@@ -58,6 +82,7 @@ def provenance(model_path: str | Path | None, num_threads: int, seed: int | None
         "commit": git_commit(),
         "versions": versions,
         "num_threads": num_threads,
+        "cpu": cpu_info(),
         "weights_sha256": weights_digest(model_path) if model_path is not None else None,
     }
     if seed is not None:

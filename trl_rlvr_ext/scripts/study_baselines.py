@@ -15,6 +15,11 @@ import sys
 from pathlib import Path
 
 
+# The studies whose evaluation sets get trivial baselines by default: those whose pages show them beside the arms or
+# whose claims compare with them (the pretrained study's claim 10 reads the strongest one at pass@32).
+STUDIES = ("self", "nsr", "is_dpo", "lora_init", "pretrained")
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trl-rlvr-ext baselines",
@@ -29,7 +34,7 @@ def make_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--studies",
-        default="self,nsr,is_dpo,lora_init",
+        default=",".join(STUDIES),
         help="Comma-separated studies whose evaluation sets get baselines (records of other studies are ignored).",
     )
     parser.add_argument("--seeds", default="0,1,2", help="Comma-separated seeds of the policies' guesses.")

@@ -6,6 +6,7 @@ table. A claim's verdict over its parts, the index's tables and a method page's 
 
 import dataclasses
 import functools
+import itertools
 
 import numpy as np
 
@@ -153,13 +154,7 @@ def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict
                     )
                     continue
                 if baseline.startswith(TRIVIAL_PREFIX):
-                    # a trivial policy does not train: its seeds only resample its guesses, so they pair with the
-                    # arm's seeds in order (seed numbers of the two mean nothing to each other); one record pairs with
-                    # every seed
-                    if len(base) == 1:
-                        base = {seed: next(iter(base.values())) for seed in arm}
-                    else:
-                        base = {a: base[b] for a, b in zip(sorted(arm), sorted(base))}
+                    base = _paired_trivial(arm, base, cycle=bool(setting.seeds))
                 common = sorted(set(arm) & set(base))
                 if setting.seeds:
                     common = [seed for seed in common if seed in setting.seeds]
@@ -181,6 +176,19 @@ def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict
                 part = Part(study_name, claim, setting, task, baseline, judgement, near_duplicates=dropped)
                 parts.append(dataclasses.replace(part, base_exploratory=bases[task] if reads_base else ""))
     return parts
+
+
+def _paired_trivial(arm: dict, base: dict, cycle: bool) -> dict:
+    """A trivial policy's per-seed values keyed by the arm's seeds. The policy does not train: its seeds only resample
+    its guesses, so they pair with the arm's seeds in order (seed numbers of the two mean nothing to each other); one
+    record pairs with every seed. With ``cycle`` (a setting that declares its seeds, and so judges every one of them)
+    a policy with fewer seeds than the arm repeats them in order, ``[0, 1, 2]`` against five seeds giving ``0, 1, 2,
+    0, 1``: two of the arm's seeds then share the same guesses, which leaves out a little of the guesses' own spread
+    over seeds from the interval; elsewhere the pairs stop at the shorter list, as they always did."""
+    if len(base) == 1:
+        return {seed: next(iter(base.values())) for seed in arm}
+    partners = itertools.cycle(sorted(base)) if cycle else sorted(base)
+    return {a: base[b] for a, b in zip(sorted(arm), partners)}
 
 
 def base_reason(records: list[dict], task: str) -> str:

@@ -90,6 +90,9 @@ class Page:
     previous_verdicts: dict = dataclasses.field(default_factory=dict)
     # the method a claim is about, by its arm, where it is not the page's own (``label``)
     method_of_arm: dict = dataclasses.field(default_factory=dict)
+    # the method a claim is about, by the claim's name, where its arm does not say it: a claim about a method's
+    # premise compares two arms that are not the method's (SELF's "GRPO lowers pass@k below the base")
+    method_of_claim: dict = dataclasses.field(default_factory=dict)
 
 
 def first_logged(key: str) -> Callable[[dict], float | None]:

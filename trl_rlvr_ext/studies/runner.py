@@ -336,6 +336,21 @@ def plan_study(
     return StudyPlan(study, tasks, order, seeds)
 
 
+def _note_slow_bf16(study_name: str, log: Callable[[str], None]) -> None:
+    """Say so where this CPU has no native bf16: the trained arms run TRL's default bf16 autocast, which torch then
+    computes through a generic loop, several times slower than float32 (bench/RESULTS.md), so the runs take far longer
+    than the wall times of records made on a CPU with it (each record's ``provenance.cpu`` says which)."""
+    from ..provenance import cpu_info
+
+    cpu = cpu_info()
+    if cpu["bf16"] is False:
+        log(
+            f"[{study_name}] note: this CPU ({cpu['model']}) has no native bf16 (avx512_bf16 or amx_bf16); the "
+            "trained arms run in TRL's default bf16 autocast, which is several times slower here than on a CPU with "
+            "it (bench/RESULTS.md). The arithmetic is the same, up to the order of the sums."
+        )
+
+
 def run_study(
     study: Study,
     out_dir: str | os.PathLike,
@@ -361,6 +376,8 @@ def run_study(
     sizes = sizes or study.default_sizes(quick, setting)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if not quick and any(study.arms[name].train for name in order):
+        _note_slow_bf16(study.name, log)
     results = []
     for task_name in plan.tasks:
         # seed by seed, so that an interrupted study has every arm at its first seeds

@@ -90,7 +90,8 @@ def index_table(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -
             with_arms = len({(p.claim.arm, p.baseline, p.claim.metric) for p in members}) > 1
             summary = "; ".join(_part_summary(p, with_arms) for p in members)
             cells = [
-                page.method_of_arm.get(members[0].claim.arm, page.label),
+                page.method_of_claim.get(members[0].claim.name)
+                or page.method_of_arm.get(members[0].claim.arm, page.label),
                 group,
                 group_verdict(members),
                 summary,

@@ -20,11 +20,15 @@ from .design import (
     RELEX_SOURCE,
     RELEX_TARGET,
     SEEDS,
+    SELF_ARMS,
+    SELF_PROMPTS_MATCHED,
     SIZES,
     pilot_mde,
 )
 
 
+# Group b's claims: SELF's boundary at the design's largest k, its premises included (they compare other arms).
+SELF_CLAIMS = tuple(c.name for c in CLAIMS if c.metric != "pass@1")
 # The pilot: the demo's two seeds of stock GRPO + LoRA on the same task and sizes, 8 samples per problem.
 PILOT_RECORDS = "docs/evidence/data/real_model_demo.jsonl"
 PILOT_SAMPLES = (8, 16, SIZES.eval_samples)
@@ -49,8 +53,13 @@ def _default_clip() -> float:
 
 def _claimed_size(claim) -> str:
     if claim.margin is not None:
-        return f"not worse by more than {claim.margin:.3f}"
-    return f"{'+' if claim.direction > 0 else '-'}{claim.threshold:.3f}"
+        return f"{claim.metric} not worse by more than {claim.margin:.3f}"
+    return f"{claim.metric} {'+' if claim.direction > 0 else '-'}{claim.threshold:.3f}"
+
+
+def _claim_line(claim) -> str:
+    exploratory = f"; exploratory, {claim.exploratory}" if claim.exploratory else ""
+    return f"{claim.name} ({_claimed_size(claim)}, {claim.reason}{exploratory})"
 
 
 def design_block(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
@@ -85,8 +94,8 @@ def design_block(page: Page, settings_records: dict[str, list[dict]], root: Path
         + f"{len(SEEDS)} seeds x {SIZES.eval_problems} problems: "
         + ", ".join(f"{mde:.3f} at {samples} samples" for samples, mde in mdes.items())
         + " per problem (`pretrained_study.design.pilot_mde`).",
-        "- **Claims** (effect sizes in pass@1): "
-        + "; ".join(f"{c.name} ({_claimed_size(c)}, {c.reason})" for c in CLAIMS)
+        "- **Claims** (the metric and the effect size each excludes): "
+        + "; ".join(_claim_line(c) for c in CLAIMS)
         + ".",
         "- **Commands**, in order (each resumes: a finished run is loaded, not redone): "
         + "; ".join(f"`{command}`" for command in COMMANDS)
@@ -98,18 +107,21 @@ def design_block(page: Page, settings_records: dict[str, list[dict]], root: Path
 
 
 def ceiling_block(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
-    """Why SELF's boundary group is not run here: the base's and stock GRPO + LoRA's pass@K at the largest k the
-    design evaluates (K = its samples per problem), over the seeds each has run."""
+    """SELF's boundary group at the largest k the design evaluates (K = its samples per problem): the pass@K of the
+    base, stock GRPO + LoRA and the group's arms, over the seeds each has run, and the problems each solves in no
+    sample on any seed (where a boundary could shrink or grow)."""
     k = str(SIZES.eval_samples)
     rows = []
-    for arm in ("base", "lora"):
+    for arm in ("base", "lora", *SELF_ARMS, SELF_PROMPTS_MATCHED):
         runs = sorted((r for r in settings_records["main"] if r["arm"] == arm), key=lambda r: r["seed"])
         if runs:
             values = [r["pass_at_k"][k] for r in runs]
-            rows.append([f"`{arm}`", ", ".join(str(r["seed"]) for r in runs), mean_sd(values)])
+            unsolved = sum(all(r["num_correct"][i] == 0 for r in runs) for i in range(len(runs[0]["num_correct"])))
+            rows.append([f"`{arm}`", ", ".join(str(r["seed"]) for r in runs), mean_sd(values), str(unsolved)])
     if not rows:
         return {"ceiling": "Neither the base nor stock GRPO + LoRA has run yet."}
-    return {"ceiling": "\n".join(table(["arm", "seeds", f"pass@{k} (mean ± sd over seeds)"], rows))}
+    header = ["arm", "seeds", f"pass@{k} (mean ± sd over seeds)", "problems unsolved on every seed"]
+    return {"ceiling": "\n".join(table(header, rows))}
 
 
 def progress_block(page: Page, settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
@@ -239,6 +251,7 @@ PAGE = Page(
         MethodSummary("docs/methods/rsi.md", "pretrained", lambda c: c.arm == "rsi_s"),
         MethodSummary("docs/methods/popo.md", "pretrained", lambda c: c.arm == "popo"),
         MethodSummary("docs/methods/relex.md", "pretrained", lambda c: c.arm == "relex"),
+        MethodSummary("docs/methods/self_curation.md", "pretrained", lambda c: c.name in SELF_CLAIMS),
     ),
     method_of_arm={
         "rlpo": "RLPO / RLMO",
@@ -251,5 +264,8 @@ PAGE = Page(
         "rsi_s": "RSI-S",
         "popo": "POPO",
         "relex": "RELEX",
+        "self": "SELF",
     },
+    # group b's premises (the base above the trivial policy, GRPO below the base) are SELF's claims too
+    method_of_claim=dict.fromkeys(SELF_CLAIMS, "SELF"),
 )
