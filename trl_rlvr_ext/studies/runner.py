@@ -206,18 +206,19 @@ def evaluate_and_record(
         getattr(run, field.name) for field in dataclasses.fields(RunSpec)
     )
 
+    sampling = SamplingSettings(
+        num_samples=sizes.eval_samples,
+        temperature=task.temperature,
+        top_p=1.0,
+        max_new_tokens=task.max_completion_length,
+        seed=1000 + seed,
+    )
     evaluation = evaluate_pass_at_k(
         model,
         test,
         reward,
         tokenizer=tokenizer,
-        sampling=SamplingSettings(
-            num_samples=sizes.eval_samples,
-            temperature=task.temperature,
-            top_p=1.0,
-            max_new_tokens=task.max_completion_length,
-            seed=1000 + seed,
-        ),
+        sampling=sampling,
         batch_size=max(256, 2 * sizes.eval_samples),
         label=f"{task.name}/{arm.name}/seed{seed}",
         progress=False,
@@ -235,6 +236,8 @@ def evaluate_and_record(
         "pass_at_k": {str(k): v for k, v in evaluation.pass_at_k.items()},
         "num_correct": evaluation.num_correct.tolist(),
         "num_samples": int(sizes.eval_samples),
+        # how the Pass@k samples were drawn (a DPO record has no GRPO config that would say the temperature)
+        "evaluation_sampling": dataclasses.asdict(sampling),
         **extra,
         "sizes": dataclasses.asdict(sizes),
         "train_seconds": round(train_seconds, 1),
