@@ -22,7 +22,11 @@ NUM_PROBES = 15  # odd: the shards are uneven and one rank pads
 
 
 def main(model_path: str, out_dir: str) -> None:
-    args = RLVRGRPOConfig(**grpo_kwargs(os.path.join(out_dir, "run"), per_device_train_batch_size=4, max_steps=3))
+    # float32: the check is that the gathered shards equal one process scoring every probe (atol 1e-5); under TRL's
+    # default bf16 autocast a CPU without native bf16 sums a shard's matmuls in another order than the whole batch's
+    # (6.8e-3 apart there), which is the kernel, not the sharding
+    kwargs = grpo_kwargs(os.path.join(out_dir, "run"), per_device_train_batch_size=4, max_steps=3)
+    args = RLVRGRPOConfig(**kwargs, bf16=False)
     trainer = RLVRGRPOTrainer(model=model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset())
     probes = [{"prompt": f"{i}+{i}=", "completion": str(2 * i)} for i in range(NUM_PROBES)]
     callback = BoundaryProbeCallback(probes, trainer=trainer, eval_steps=1, batch_size=4)
