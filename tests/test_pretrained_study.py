@@ -13,7 +13,7 @@ from trl_rlvr_ext.studies import StudyTask, get_study
 from trl_rlvr_ext.studies.judging import judge_parts
 from trl_rlvr_ext.studies.pages import PageSetting
 from trl_rlvr_ext.studies.pretrained_study import pilot_mde
-from trl_rlvr_ext.studies.pretrained_study.design import CLAIMS, COMMANDS, GROUPS, SEEDS, SIZES
+from trl_rlvr_ext.studies.pretrained_study.design import CLAIMS, COMMANDS, GROUPS, SEEDS, SELF_CLAIMS, SIZES
 from trl_rlvr_ext.studies.verdicts import Claim, minimum_detectable_effect
 
 
@@ -30,7 +30,7 @@ def test_design_declares_every_claim_arm_and_five_fresh_seeds():
     # the boundary claims read pass@k at the design's largest k and need the base above the trivial policy there;
     # those that read only arms seen on the page before group b's declaration say so
     boundary = [c for c in CLAIMS if c.metric != "pass@1"]
-    assert [c.name.split()[0] for c in boundary] == ["10.", "11.", "12.", "12c."]
+    assert [c.name.split()[0] for c in boundary] == ["10.", "11.", "12.", "12c."] and tuple(boundary) == SELF_CLAIMS
     assert {c.metric for c in boundary} == {f"pass@{SIZES.eval_samples}"}
     assert all(c.requires == boundary[0].name for c in boundary[1:])
     assert [bool(c.exploratory) for c in boundary] == [True, True, False, False]

@@ -240,7 +240,7 @@ _SEEN = (
     "seen before: the ceiling table showed the base's and stock GRPO + LoRA's pass@32, and the is_dpo page the "
     "trivial policies', before group b was declared"
 )
-CLAIMS += [
+SELF_CLAIMS = (
     Claim(
         SELF_PREREQUISITE,
         arm="base",
@@ -280,7 +280,8 @@ CLAIMS += [
         reason="the self study's claim 3c: GRPO stopped after as many whole batches as the prompts SELF trained on",
         requires=SELF_PREREQUISITE,
     ),
-]
+)
+CLAIMS += SELF_CLAIMS
 
 
 def pilot_mde(records: list[dict], samples: int, num_seeds: int = len(SEEDS)) -> float:

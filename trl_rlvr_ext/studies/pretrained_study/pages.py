@@ -21,14 +21,13 @@ from .design import (
     RELEX_TARGET,
     SEEDS,
     SELF_ARMS,
+    SELF_CLAIMS,
     SELF_PROMPTS_MATCHED,
     SIZES,
     pilot_mde,
 )
 
 
-# Group b's claims: SELF's boundary at the design's largest k, its premises included (they compare other arms).
-SELF_CLAIMS = tuple(c.name for c in CLAIMS if c.metric != "pass@1")
 # The pilot: the demo's two seeds of stock GRPO + LoRA on the same task and sizes, 8 samples per problem.
 PILOT_RECORDS = "docs/evidence/data/real_model_demo.jsonl"
 PILOT_SAMPLES = (8, 16, SIZES.eval_samples)
@@ -162,8 +161,8 @@ def seed_spread(arm_rates: dict[int, np.ndarray], baseline_rates: dict[int, np.n
 
 
 def sizing_block(settings_records: dict[str, list[dict]], pilot: list[dict]) -> dict[str, str]:
-    """The pilot's sizing checked against the runs: for every pass@1 claim whose arms have run all the declared seeds, the
-    realised spread over seeds of its per-seed mean difference and the spread sampling alone would give it
+    """The pilot's sizing checked against the runs: for every pass@1 claim whose arms have run all the declared seeds,
+    the realised spread over seeds of its per-seed mean difference and the spread sampling alone would give it
     (`seed_spread`). The claims table's MDEs are the rule's; this block says why they differ from the pilot's."""
     records = settings_records["main"]
     rates = {(r["arm"], r["seed"]): np.asarray(r["num_correct"]) / r["num_samples"] for r in records}
@@ -253,7 +252,7 @@ PAGE = Page(
         MethodSummary("docs/methods/rsi.md", "pretrained", lambda c: c.arm == "rsi_s"),
         MethodSummary("docs/methods/popo.md", "pretrained", lambda c: c.arm == "popo"),
         MethodSummary("docs/methods/relex.md", "pretrained", lambda c: c.arm == "relex"),
-        MethodSummary("docs/methods/self_curation.md", "pretrained", lambda c: c.name in SELF_CLAIMS),
+        MethodSummary("docs/methods/self_curation.md", "pretrained", lambda c: c in SELF_CLAIMS),
     ),
     method_of_arm={
         "rlpo": "RLPO / RLMO",
@@ -269,5 +268,5 @@ PAGE = Page(
         "self": "SELF",
     },
     # group b's premises (the base above the trivial policy, GRPO below the base) are SELF's claims too
-    method_of_claim=dict.fromkeys(SELF_CLAIMS, "SELF"),
+    method_of_claim=dict.fromkeys((c.name for c in SELF_CLAIMS), "SELF"),
 )
