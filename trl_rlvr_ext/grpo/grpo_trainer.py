@@ -119,7 +119,13 @@ class RLVRGRPOTrainer(
         )
         # Before any model loads: reward names resolved (never a hub look-up), the columns they read checked
         reward_funcs = resolve_reward_names(reward_funcs)
-        check_grpo_inputs(args, reward_funcs, kwargs.get("train_dataset"), kwargs.get("eval_dataset"))
+        check_grpo_inputs(
+            args,
+            reward_funcs,
+            kwargs.get("train_dataset"),
+            kwargs.get("eval_dataset"),
+            environment_factory=kwargs.get("environment_factory"),
+        )
         check_fsdp_really_runs(args, type(self).__name__)
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original
             from ..lora_init.integration import apply_lora_init_to_trainer_arguments

@@ -4,7 +4,9 @@ and a first generation.
 - Reward names: ``reward_funcs="toy_accuracy"`` (a name of `trl_rlvr_ext.rewards.REWARD_NAMES`) is that function.
   TRL would read any string as a reward *model* id and try the Hub with it, which hangs without a network.
 - Columns: the columns each reward function reads (`trl_rlvr_ext.rewards.columns`), ``prompt``, and
-  ``curation_id_column`` must be in the datasets.
+  ``curation_id_column`` must be in the datasets. ``prompt`` is required only where TRL requires it: with an
+  ``environment_factory``, each environment's ``reset()`` may supply the prompt (a dict factory's dataset can hold
+  only an ``environment`` column), so TRL accepts a dataset without one and so do we.
 """
 
 import os
@@ -46,8 +48,11 @@ def _columns_of(dataset):
     return getattr(dataset, "column_names", None)  # None for a stream whose columns are not known up front
 
 
-def check_grpo_inputs(args, reward_funcs, train_dataset, eval_dataset) -> None:
-    """Fail, naming the column and the fix, when a dataset lacks what the rewards, curation or GRPO need."""
+def check_grpo_inputs(args, reward_funcs, train_dataset, eval_dataset, environment_factory=None) -> None:
+    """Fail, naming the column and the fix, when a dataset lacks what the rewards, curation or GRPO need.
+
+    ``environment_factory`` is the trainer's argument of that name: with one, a dataset may lack ``prompt``, as TRL's
+    `GRPOTrainer` allows (it defaults each missing prompt to an empty user turn and lets ``reset()`` fill it)."""
     datasets = [("training set", train_dataset)]
     if isinstance(eval_dataset, dict):
         datasets += [(f"eval set {name!r}", dataset) for name, dataset in eval_dataset.items()]
@@ -61,11 +66,11 @@ def check_grpo_inputs(args, reward_funcs, train_dataset, eval_dataset) -> None:
             continue
         if label == "training set":
             columns = [*columns, *(c for c in added if c not in columns)]
-        if "prompt" not in columns:
+        if "prompt" not in columns and environment_factory is None:
             raise ValueError(
                 f"The {label} has no 'prompt' column (its columns: {list(columns)}). GRPO generates from 'prompt': "
                 "rename the column that holds the problems, e.g. `dataset = dataset.rename_column('question', "
-                "'prompt')`."
+                "'prompt')`, or pass an `environment_factory` whose `reset()` returns the prompt."
             )
         check_reward_columns(reward_funcs, columns, label)
     columns = _columns_of(train_dataset)
