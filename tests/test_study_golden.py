@@ -12,6 +12,15 @@ another order. A float in a ``result.json`` may therefore differ from its copy b
 absolute 1e-4 for a difference of near-equal sums such as a KL estimate); its key, type and every other value may not,
 and the rendered tables (three decimals) are compared byte for byte.
 
+The quick runs train in fp32 (`trl_rlvr_ext.studies.run_inputs.common_training_settings`), because under TRL's default
+bf16 autocast the spread between instruction sets exceeds any float32 allowance: a quick IS-DPO run's KL was -0.010092
+on an AVX2-only CPU and -0.010234 on an AVX512-BF16 one (1.4e-4 apart), and -0.009781 against -0.010029 between the
+same AVX512-BF16 CPU's own kernels and its AVX2 ones. Measured on 2026-12-06 for the four runs below in fp32, on an
+AVX512-BF16 CPU with its own kernels against the same CPU restricted to AVX2 kernels
+(``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2``): 636 floats, the largest absolute
+difference 5.7e-6, well inside ``ABS_TOL`` (the relative allowance binds only for values far from 0, which moved by
+less). ``test_golden_copies_hold_under_avx2_kernels`` repeats that comparison on every run of the suite.
+
 After an intended change of the outputs, rewrite the copies with ``TRL_RLVR_EXT_UPDATE_GOLDEN=1`` and review the diff.
 """
 
@@ -115,15 +124,42 @@ def test_quick_study_outputs_equal_their_golden_copies(study, tmp_path):
         for name, text in files.items():
             (golden / name).parent.mkdir(parents=True, exist_ok=True)
             (golden / name).write_text(text)
+    _assert_equal_to_golden(files, golden, study)
+
+
+def _assert_equal_to_golden(files: dict[str, str], golden: Path, label: str) -> None:
     committed = sorted(p.relative_to(golden).as_posix() for p in golden.rglob("*") if p.is_file())
-    assert committed == sorted(files), f"the run wrote other files than {golden} holds"
+    assert committed == sorted(files), f"{label}: the run wrote other files than {golden} holds"
     for name, text in files.items():
         copy = (golden / name).read_text()
         if name.endswith(".json"):
             differences = _differences(json.loads(text), json.loads(copy))
-            assert not differences, f"{study}: {name} differs from its golden copy: {differences[:5]}"
+            assert not differences, f"{label}: {name} differs from its golden copy: {differences[:5]}"
         else:
-            assert text == copy, f"{study}: {name} differs from its golden copy"
+            assert text == copy, f"{label}: {name} differs from its golden copy"
+
+
+# The kernels of an AVX2-only CPU, on any x86 CPU: torch's own vector kernels, oneDNN's and MKL's, each capped at AVX2
+AVX2_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+@pytest.mark.slow
+def test_golden_copies_hold_under_avx2_kernels(tmp_path):
+    """The golden copies written on one CPU hold on another: the IS-DPO quick run (the one whose bf16 KL moved between
+    an AVX2-only and an AVX512-BF16 CPU before quick runs trained in fp32) rerun with torch, oneDNN and MKL held to
+    AVX2 kernels equals its copies within the float32 allowance (on an AVX2-only CPU this is the plain run again)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "is_dpo"
+    command = [sys.executable, "-m", "trl_rlvr_ext.cli", "study", "is_dpo", "--quick", *RUNS["is_dpo"]]
+    env = {**os.environ, **AVX2_KERNELS, "OMP_NUM_THREADS": "1"}
+    probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+    capability = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert capability.stdout.strip() in ("AVX2", "DEFAULT"), capability.stdout  # the cap took effect
+    proc = subprocess.run([*command, "--out_dir", str(out)], check=False, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    _assert_equal_to_golden(_outputs(out), GOLDEN / "is_dpo", "is_dpo under AVX2 kernels")
 
 
 def test_only_float_rounding_is_allowed():

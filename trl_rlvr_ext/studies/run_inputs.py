@@ -14,10 +14,17 @@ from .design import (
 )
 
 
-def common_training_settings(run_dir: Path, sizes: StudySizes, seed: int) -> dict:
+def common_training_settings(run_dir: Path, sizes: StudySizes, seed: int, quick: bool = False) -> dict:
     """The trainer settings every study run shares (GRPO or DPO): a constant learning rate, one optimizer step per
     batch, logs every ``probe_every`` steps, no checkpoints, no reporting, CPU, no activation checkpointing (it only
-    slows a tiny model down)."""
+    slows a tiny model down).
+
+    A ``quick`` run (a smoke run, and what the golden copies under tests/golden/studies record) trains in fp32 instead
+    of TRL's default bf16 autocast: bf16 sums depend on the CPU's kernels (a quick IS-DPO run's KL was -0.010092 on an
+    AVX2-only CPU and -0.010234 on an AVX512-BF16 one), while fp32 results differ across instruction sets by float32
+    rounding only, which the golden comparison allows; and bf16 autocast is about ten times slower on a CPU without
+    native bf16. Full runs keep TRL's default, which every recorded study ran with."""
+    precision = {"bf16": False} if quick else {}
     return {
         "output_dir": str(run_dir / "train"),
         "learning_rate": sizes.learning_rate,
@@ -30,6 +37,7 @@ def common_training_settings(run_dir: Path, sizes: StudySizes, seed: int) -> dic
         "use_cpu": True,
         "activation_checkpointing": False,
         "seed": seed,
+        **precision,
     }
 
 

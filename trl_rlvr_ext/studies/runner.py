@@ -55,11 +55,11 @@ from .summary import (  # noqa: F401  (re-exported: the runner's names, as befor
 )
 
 
-def _grpo_config(run_dir: Path, task: StudyTask, arm: Arm, sizes: StudySizes, seed: int):
+def _grpo_config(run_dir: Path, task: StudyTask, arm: Arm, sizes: StudySizes, seed: int, quick: bool = False):
     from ..grpo.grpo_config import RLVRGRPOConfig
 
     settings = {
-        **common_training_settings(run_dir, sizes, seed),
+        **common_training_settings(run_dir, sizes, seed, quick),
         "loss_type": "dapo",
         "beta": 0.0,
         "num_generations": sizes.num_generations,
@@ -115,7 +115,7 @@ def run_one(
 
         from ..grpo.grpo_trainer import RLVRGRPOTrainer
 
-        args, config = _grpo_config(folder, task, arm, sizes, seed)
+        args, config = _grpo_config(folder, task, arm, sizes, seed, quick)
         tokenizer = AutoTokenizer.from_pretrained(base_path)
         probes = [{"prompt": row["prompt"], "completion": task.gold_completion(row)} for row in probe_rows]
         peft_config = None

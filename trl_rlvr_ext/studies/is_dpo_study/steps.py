@@ -169,11 +169,11 @@ def _frontier_callback_class():
 _RUN_OPTIONS = ("early_stopping",)
 
 
-def _dpo_config(run_dir: Path, arm: Arm, sizes: StudySizes, seed: int):
+def _dpo_config(run_dir: Path, arm: Arm, sizes: StudySizes, seed: int, quick: bool = False):
     from ...dpo.dpo_config import ISDPOConfig
 
     settings = {
-        **common_training_settings(run_dir, sizes, seed),  # activation checkpointing off: DPOConfig turns it on
+        **common_training_settings(run_dir, sizes, seed, quick),  # activation checkpointing off: DPOConfig turns it on
         "loss_type": "sigmoid",
         "per_device_train_batch_size": sizes.num_prompts,
         **{key: value for key, value in arm.config.items() if key not in _RUN_OPTIONS},  # e.g. learning_rate
@@ -236,7 +236,7 @@ def run_one(
     best = BestCheckpoint() if early_stopping else None
     config, log_history, train_seconds, steps, stopped = None, [], 0.0, [0], None
     if arm.train:
-        args, config = _dpo_config(folder, arm, sizes, seed)
+        args, config = _dpo_config(folder, arm, sizes, seed, quick)
         steps = design.probe_steps(args.max_steps, sizes.probe_every)
     frontier = _frontier_callback_class()(
         None,
