@@ -26,6 +26,7 @@ PAGE_TESTS = {
     "index.md": "no code blocks",
     "installation.md": "not run here: installs packages (its commands are checked by the packaging tests)",
     "quickstart.md": "test_docs_pages.py::test_quickstart_runs",
+    "use_in_your_project.md": "test_docs_pages.py::test_use_in_your_project_page_runs",
     "toy.md": "test_docs_pages.py::test_toy_page_runs",
     "scaling.md": "test_docs_pages.py::test_scaling_page_blocks_are_all_marked",
     "vllm_cpu.md": "test_docs_pages.py::test_vllm_cpu_page_blocks_are_all_marked",
@@ -118,6 +119,22 @@ def test_quickstart_runs(tmp_path):
     assert namespace["args"].clip_recovery == "nsr"
     assert (tmp_path / "outputs" / "demo" / "summary.json").is_file()  # trl-rlvr-ext demo --quick
     assert (tmp_path / "outputs" / "toy_nsr" / "model.safetensors").is_file()  # the toy recipe
+
+
+@pytest.mark.usefixtures("docs_env")
+def test_use_in_your_project_page_runs(tmp_path):
+    """The adoption page as printed: the script, the subclassed config, the TrlParser script and the CLI with a YAML
+    (each keeps this package's option), and the errors it prints are the ones the trainer raises."""
+    namespace = run_docs_page("use_in_your_project.md", tmp_path)
+    assert namespace["trainer"].state.global_step == 2 and namespace["trainer"].args.clip_recovery == "nsr"
+    assert namespace["config"].clip_recovery == "nsr" and namespace["config"].system_prompt == "Think first."
+    assert type(namespace["training_args"]).__name__ == "RLVRGRPOConfig"
+    assert namespace["training_args"].clip_recovery == "nsr"
+    assert (tmp_path / "outputs" / "toy_recipe" / "model.safetensors").is_file()
+    page = (DOCS / "use_in_your_project.md").read_text()
+    # the quoted errors start as the trainer's messages do (tests/test_drop_in.py checks the messages themselves)
+    assert "my_project.configs.GRPOConfig, a subclass of trl.GRPOConfig. Make my_project.configs.GRPOConfig" in page
+    assert "so the run would train stock TRL. Parse the config as a trl_rlvr_ext.RLVRGRPOConfig" in page
 
 
 @pytest.mark.usefixtures("docs_env")

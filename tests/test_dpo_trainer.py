@@ -414,7 +414,10 @@ def test_dataset_errors(tmp_path):
         trainer.evaluate(eval_dataset=_dataset(4))
     from trl import GRPOConfig
 
-    with pytest.raises(TypeError, match="needs `args` to be an ISDPOConfig .* got GRPOConfig"):
+    with pytest.raises(
+        TypeError,
+        match=r"needs `args` to be a trl_rlvr_ext.ISDPOConfig \(or a plain trl.DPOConfig\), got trl.GRPOConfig",
+    ):
         ISDPOTrainer(make_model(tokenizer), args=GRPOConfig(output_dir=str(tmp_path), use_cpu=True))
 
 

@@ -178,8 +178,11 @@ def test_trainer_refuses_other_configs_and_names_the_fix(tiny_model_path, tmp_pa
         pass
 
     for args, message in (
-        (DPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"), "got DPOConfig"),
-        (MyGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"), "derive it from RLVRGRPOConfig"),
+        (DPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"), "got trl.DPOConfig"),
+        (
+            MyGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none"),
+            "derive from trl_rlvr_ext.RLVRGRPOConfig instead of trl.GRPOConfig",
+        ),
     ):
         with pytest.raises(TypeError, match=message):
             RLVRGRPOTrainer(

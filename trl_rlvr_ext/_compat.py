@@ -3,6 +3,7 @@
 import dataclasses
 import functools
 import logging
+import os
 
 
 # ---------------------------------------------------------------- activation checkpointing
@@ -87,7 +88,11 @@ def resolve_trainer_config(args, config_cls, base_cls, trainer_name: str, model,
       options at their defaults (``defaults_note`` says what that means for this trainer); said once in the log. The
       TRL fields are copied rather than re-initialised, because TRL's ``__post_init__`` is not
       idempotent (it fills ``steps_per_generation`` and ``generation_batch_size``, which it then refuses together).
-    - anything else: a ``TypeError`` saying what to pass.
+      Unless the run was launched with this package's options in its config file or command line (TRL's own
+      scripts parse a ``trl.GRPOConfig``, whose parser drops keys it does not know): then a ``ValueError`` says which
+      options were lost and how to keep them, rather than training stock TRL.
+    - anything else (a user's subclass of ``base_cls`` included): a ``TypeError`` naming both classes by module and
+      what to derive from.
     """
     if args is None:
         from trl.trainer.utils import get_config_model_id
@@ -98,17 +103,10 @@ def resolve_trainer_config(args, config_cls, base_cls, trainer_name: str, model,
         return args
     base = base_cls
     if type(args) is not base:
-        hint = (
-            f" Your {type(args).__name__} extends {base.__name__}: derive it from {config_cls.__name__} instead, so it "
-            "carries this package's options too."
-            if isinstance(args, base)
-            else ""
-        )
-        raise TypeError(
-            f"{trainer_name} needs `args` to be an {config_cls.__name__} (or a plain trl.{base.__name__}), got "
-            f"{type(args).__name__}.{hint} Build it with `trl_rlvr_ext.{config_cls.__name__}(...)`: it takes every "
-            f"{base.__name__} field plus this package's options."
-        )
+        raise TypeError(_wrong_config_message(args, config_cls, base, trainer_name))
+    lost = package_options_in_launch(config_cls, base)
+    if lost:
+        raise ValueError(_lost_options_message(lost, config_cls, base, trainer_name))
     converted = object.__new__(config_cls)
     converted.__dict__.update(args.__dict__)
     base_fields = {f.name for f in dataclasses.fields(base)}
@@ -130,6 +128,72 @@ def resolve_trainer_config(args, config_cls, base_cls, trainer_name: str, model,
         defaults_note,
     )
     return converted
+
+
+def _qualified(cls) -> str:
+    """``module.Class``, with the public module for this package's and TRL's classes (``trl.GRPOConfig``)."""
+    module = cls.__module__
+    for package in ("trl_rlvr_ext", "trl"):
+        if module == package or module.startswith(package + "."):
+            import importlib
+
+            if getattr(importlib.import_module(package), cls.__name__, None) is cls:
+                module = package
+    return f"{module}.{cls.__qualname__}"
+
+
+def _wrong_config_message(args, config_cls, base, trainer_name: str) -> str:
+    ours, theirs, given = _qualified(config_cls), _qualified(base), _qualified(type(args))
+    if isinstance(args, base):
+        return (
+            f"{trainer_name} needs `args` to be a {ours} (or a plain {theirs}), got {given}, a subclass of {theirs}. "
+            f"Make {given} derive from {ours} instead of {theirs}: it takes every {base.__name__} field plus this "
+            f"package's options, so a project whose config subclasses {theirs} changes two names, the trainer and its "
+            "config's base class (docs/use_in_your_project.md)."
+        )
+    return (
+        f"{trainer_name} needs `args` to be a {ours} (or a plain {theirs}), got {given}. Build it with "
+        f"`{ours}(...)`: it takes every {base.__name__} field plus this package's options."
+    )
+
+
+def package_options_in_launch(config_cls, base, argv=None) -> dict[str, str]:
+    """This package's options (fields of ``config_cls`` that ``base`` lacks) set where the run was launched, which a
+    parser of ``base`` drops: ``{option: where}``, from the YAML file after ``--config`` (TRL's `TrlParser` reads it
+    and, in TRL's scripts, drops unknown keys) and from ``--option`` flags on the command line."""
+    import sys
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ours = {f.name for f in dataclasses.fields(config_cls)} - {f.name for f in dataclasses.fields(base)}
+    found = {}
+    for i, token in enumerate(argv):
+        name = token[2:].split("=", 1)[0] if token.startswith("--") else None
+        if name in ours:
+            found[name] = "the command line"
+        if token == "--config" and i + 1 < len(argv) and os.path.isfile(argv[i + 1]):
+            import yaml
+
+            try:
+                with open(argv[i + 1]) as file:
+                    config = yaml.safe_load(file)
+            except (OSError, yaml.YAMLError):
+                continue  # not a config this check can read; TRL's parser reports it
+            if isinstance(config, dict):
+                found.update({key: argv[i + 1] for key in config if key in ours})
+    return found
+
+
+def _lost_options_message(lost: dict[str, str], config_cls, base, trainer_name: str) -> str:
+    ours, theirs = _qualified(config_cls), _qualified(base)
+    where = "; ".join(f"{name} (in {place})" for name, place in sorted(lost.items()))
+    return (
+        f"{trainer_name} was given a plain {theirs}, but the run was launched with this package's options: {where}. "
+        f"A {theirs} cannot hold them (TRL's parser drops keys its config does not know), so the run would train stock "
+        f"TRL. Parse the config as a {ours}: in your script, put {ours} where {theirs} is in the TrlParser's dataclass "
+        f"types; or run this package's script with the same YAML (`trl-rlvr-ext {base.__name__[:-6].lower()} --config "
+        "<file>`, or `accelerate launch -m trl_rlvr_ext.scripts."
+        f"{base.__name__[:-6].lower()} --config <file>`)."
+    )
 
 
 def check_training_values(args) -> None:

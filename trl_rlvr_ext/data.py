@@ -106,6 +106,16 @@ def resolve_model_name_or_path(name_or_path: str | None) -> str:
     return str(path)
 
 
+def resolve_model_argument(model):
+    """A trainer's ``model`` (or ``ref_model``) argument with this package's model names resolved to their local
+    folders (``smollm2-135m-instruct``, ``toy:base``, ...), as the command-line tools resolve them; anything else (a
+    hub id, a path, a model object, ``None``) unchanged. Without this, TRL would read such a name as a hub id and
+    fail offline."""
+    if isinstance(model, str) and (model.startswith(TOY_PREFIX) or is_pretrained_name(model)):
+        return resolve_model_name_or_path(model)
+    return model
+
+
 # "name" or "org/name": what a hub id looks like (a path with more parts, or starting with . / ~, cannot be one)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _MODEL_FILES = ("config.json", "adapter_config.json")

@@ -23,6 +23,7 @@ from trl import DPOConfig, DPOTrainer
 
 from .._compat import check_fsdp_really_runs, resolve_trainer_config
 from .._trl import load_copy
+from ..data import resolve_model_argument
 from ..losses.is_daa import is_daa_clip, is_daa_log_weights, is_daa_weight_stats
 from .behavior import (
     BEHAVIOR_CHOSEN_COLUMN,
@@ -102,6 +103,8 @@ class ISDPOTrainer(DPOTrainer):
             "importance_sampling=False for stock DPO",
         )
         check_fsdp_really_runs(args, type(self).__name__)
+        # This package's model names ("smollm2-135m-instruct", "toy:base") are local folders, never a hub look-up
+        model, ref_model = resolve_model_argument(model), resolve_model_argument(ref_model)
         # Whether the datasets carry behaviour log-probs, by dataset name; set by `_prepare_dataset` during __init__
         self._behavior_columns: dict[str, bool] = {}
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original

@@ -12,6 +12,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from .._compat import check_fsdp_really_runs, resolve_trainer_config
 from .._trl import load_copy
+from ..data import resolve_model_argument
 from ..losses.acpo import acpo_bin_index, acpo_bins
 from ..losses.clip_recovery import clip_recovery_objective
 from ..losses.delta import delta_token_weights, delta_weight_stats
@@ -117,6 +118,8 @@ class RLVRGRPOTrainer(
             "GRPO",
             "all off: the run is stock TRL; pass an RLVRGRPOConfig to turn one on",
         )
+        # This package's model names ("smollm2-135m-instruct", "toy:base") are local folders, never a hub look-up
+        model = resolve_model_argument(model)
         # Before any model loads: reward names resolved (never a hub look-up), the columns they read checked
         reward_funcs = resolve_reward_names(reward_funcs)
         check_grpo_inputs(
