@@ -3,14 +3,15 @@
     python bench/lora_init.py [--sizes 1024x1024,1024x2752] [--rank 16] [--repeats 5] [--decay 0.5] [--threads 1]
     python bench/lora_init.py --sizes 4096x4096,4096x11008 --repeats 1      # the 7B-sized layers (minutes)
     python bench/lora_init.py --device cuda --threads 0 --sizes 896x896,4864x896,4096x4096,4096x11008   # on a GPU
+    python bench/lora_init.py --model smollm2-135m-instruct   # the solvers' subspace errors on every weight of a model
 
 For each d_out x d_in size it builds one float32 linear layer W = U diag(s) Vᵀ with random orthonormal U, V and a
 power-law spectrum s_i = i^(-decay) (pretrained transformer weights have heavy-tailed, power-law-like spectra), then
 initialises a LoRA adapter on it with every contender, alternating their order from repeat to repeat:
 
 * PEFT ``pissa`` (full ``torch.linalg.svd``) -- the baseline of every ratio -- and PEFT ``pissa_niter_4``;
-* ours: ``rlpo`` (randomized, default options), ``pissa`` (full and randomized), ``rlmo`` and ``milora`` (float64
-  Gram eigendecomposition, the default) and ``rlmo`` with a float32 full SVD.
+* ours: ``rlpo`` (the default float32 full SVD, and the randomized solver with its default options), ``pissa`` (full
+  and randomized), ``rlmo`` (the default float32 full SVD, and the float64 Gram solver) and ``milora`` (Gram).
 
 Reported per contender: median wall time, speed-up against PEFT's full-SVD PiSSA (median over repeats of the
 per-repeat ratios), the principal-angle error (sin of the largest principal angle) of the row space of A₀ to the
@@ -24,7 +25,12 @@ bottom singular vectors slightly: a floor of about 1e-5 at 4096).
 With ``--device cuda`` the layer lives on the GPU, so every contender decomposes it there (the weight and its exact
 subspaces are still built on the CPU in float64), and the timer synchronizes the device before reading the clock.
 
-Targets: RLPO >= 10x faster than full-SVD PiSSA with principal-angle error <= 1e-2; RLMO no slower than it.
+With ``--model NAME`` (a pretrained name or a local path) it instead scans every linear weight of that model
+(``solver_errors``): the sine of the largest principal angle between the top-r subspace that each principal solver
+finds (the default float32 full SVD, the authors' ``torch.linalg.svd(W.float())``, and the randomized option at its
+default oversampling and iterations) and the one of a float64 SVD of the same weight, summarised per projection.
+
+Targets (of the randomized option): RLPO >= 10x faster than full-SVD PiSSA with principal-angle error <= 1e-2; RLMO no slower than it.
 """
 
 import argparse
@@ -76,12 +82,13 @@ def contenders(rank):
     return {
         "PEFT pissa (full SVD)": ("top", peft("pissa")),
         "PEFT pissa_niter_4": ("top", peft("pissa_niter_4")),
-        "rlpo (randomized)": ("top", ours("rlpo")),
+        "rlpo (full SVD f32)": ("top", ours("rlpo")),
+        "rlpo (randomized)": ("top", ours("rlpo", solver="randomized")),
         "pissa (full)": ("top", ours("pissa")),
         "pissa (randomized)": ("top", ours("pissa", solver="randomized")),
-        "rlmo (gram f64)": ("bottom", ours("rlmo")),
-        "milora (gram f64)": ("bottom", ours("milora")),
-        "rlmo (full SVD f32)": ("bottom", ours("rlmo", solver="full")),
+        "rlmo (full SVD f32)": ("bottom", ours("rlmo")),
+        "rlmo (gram f64)": ("bottom", ours("rlmo", solver="gram")),
+        "milora (gram f64)": ("bottom", ours("milora", solver="gram")),
     }
 
 
@@ -146,6 +153,50 @@ def run_size(d_out, d_in, args, deadline: float = math.inf, weight=None, label=N
     return summary, repeats
 
 
+def solver_errors(model_path: str, rank: int, seed: int = 0) -> dict[str, dict[str, list[float]]]:
+    """{projection name: {"full": [errors], "randomized": [errors]}} over every linear weight of a model's layers.
+
+    Each error is the sine of the largest principal angle between the top-``rank`` right singular subspace a solver
+    finds (the options' defaults; one seeded generator per weight, as ``init_lora`` seeds one per model) and a float64
+    SVD's. Prints the median and the largest error per projection and solver, and the worst weight of each solver."""
+    from transformers import AutoModelForCausalLM
+
+    from trl_rlvr_ext.lora_init.decomposition import top_singular_triplets
+    from trl_rlvr_ext.lora_init.options import DEFAULT_OPTIONS
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    errors: dict[str, dict[str, list[float]]] = {}
+    worst = {"full": (0.0, ""), "randomized": (0.0, "")}
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear) or name.endswith("lm_head") or min(module.weight.shape) <= rank:
+            continue
+        W = module.weight.detach()
+        reference = torch.linalg.svd(W.double(), full_matrices=False).Vh[:rank]
+        projection = name.rsplit(".", 1)[-1]
+        for solver in ("full", "randomized"):
+            generator = torch.Generator().manual_seed(seed)
+            Vh = top_singular_triplets(
+                W, rank, solver, DEFAULT_OPTIONS["oversampling"], DEFAULT_OPTIONS["niter"], generator
+            )[2]
+            error = principal_angle_error(Vh, reference)
+            errors.setdefault(projection, {"full": [], "randomized": []})[solver].append(error)
+            if error > worst[solver][0]:
+                worst[solver] = (error, f"{name} {tuple(W.shape)}")
+    print(f"\n== top-{rank} subspace error (sine of the largest principal angle to a float64 SVD), every layer")
+    print(
+        f"{'projection':12s} {'weights':>7s} {'full median':>12s} {'full max':>9s} {'rand. median':>13s} {'rand. max':>10s}"
+    )
+    for projection, by_solver in errors.items():
+        full, rand = by_solver["full"], by_solver["randomized"]
+        print(
+            f"{projection:12s} {len(full):7d} {statistics.median(full):12.1e} {max(full):9.1e} "
+            f"{statistics.median(rand):13.1e} {max(rand):10.1e}"
+        )
+    for solver, (error, where) in worst.items():
+        print(f"worst {solver}: {error:.2e} at {where}")
+    return errors
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="1024x1024,1024x2752", help="comma-separated d_outxd_in sizes")
@@ -161,7 +212,17 @@ def main():
     parser.add_argument(
         "--device", choices=["cpu", "cuda"], default="cpu", help="where the layer (and the init) lives"
     )
+    parser.add_argument(
+        "--model", default=None, help="scan the solvers' subspace errors on every linear weight of this model instead"
+    )
     args = parser.parse_args()
+    if args.model is not None:
+        from trl_rlvr_ext.data import resolve_model_name_or_path
+
+        if args.threads > 0:
+            torch.set_num_threads(args.threads)
+        solver_errors(resolve_model_name_or_path(args.model), args.rank)
+        return
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here.")
     if args.threads > 0:
@@ -182,8 +243,8 @@ def main():
         else:
             verdict = "target defined at 4096; error " + ("met" if rlpo_err <= 1e-2 else "NOT met")
         print(
-            f"  {size}: RLPO {rlpo_speedup:.1f}x faster, error {rlpo_err:.1e} [>= 10x, <= 1e-2: {verdict}]; "
-            f"RLMO {rlmo_speedup:.2f}x [>= 1x: {'met' if rlmo_speedup >= 1 else 'NOT met'}]"
+            f"  {size}: randomized RLPO {rlpo_speedup:.1f}x faster, error {rlpo_err:.1e} [>= 10x, <= 1e-2: {verdict}]; "
+            f"Gram RLMO {rlmo_speedup:.2f}x [>= 1x: {'met' if rlmo_speedup >= 1 else 'NOT met'}]"
         )
 
 

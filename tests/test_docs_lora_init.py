@@ -35,6 +35,6 @@ def test_tutorial_runs_end_to_end(tmp_path):
 def test_method_page_examples_run(tmp_path):
     namespace = run_docs_page("methods/lora_init.md", tmp_path)
     args, peft_config = namespace["args"], namespace["peft_config"]
-    assert args.lora_init == "rlpo" and args.lora_init_kwargs == {"niter": 12} and args.learning_rate == 1e-5
+    assert args.lora_init == "rlpo" and args.lora_init_kwargs == {"solver": "full"} and args.learning_rate == 1e-5
     assert (peft_config.r, peft_config.lora_alpha) == (16, 32)
     assert callable(namespace["get_peft_model_with_init"])

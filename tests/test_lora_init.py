@@ -246,6 +246,92 @@ def test_factors_hand_computed(solver):
     torch.testing.assert_close(milora.lora_A.norm(dim=1), torch.tensor([1.5, 1.0]).sqrt(), atol=1e-6, rtol=0)
 
 
+# ---------------------------------------------------------------------------------------------------- authors' code
+# Re-typed from Richard-ZZZ/geometry-preserving-orthonormal-init-rlvr@949965f, scripts/prepare_init_adapters.py:
+# `select_svd_components` (mode "max" for RLPO, "min" for RLMO/MiLoRA), `initialize_orthogonal_zero_b_layer`,
+# `initialize_milora_layer` and the base update of `apply_milora_init`; they pass `base_weight.float()`.
+def authors_svd_components(weights, rank, mode):
+    u, s, vh = torch.linalg.svd(weights, full_matrices=False)
+    n = len(s)
+    idx = torch.arange(rank) if mode == "max" else torch.arange(n - rank, n)
+    return u[:, idx], s[idx], vh[idx, :]
+
+
+def authors_orthogonal_zero_b(weights, rank, mode):
+    _, _, vh = authors_svd_components(weights, rank, mode)
+    return vh.contiguous(), torch.zeros(weights.shape[0], rank, dtype=weights.dtype)
+
+
+def authors_milora(weights, rank, scale, mode="min"):
+    u, s, vh = authors_svd_components(weights, rank, mode)
+    sqrt_s = torch.sqrt(s)  # no division by the LoRA scale (the authors run MiLoRA at r = α = 32, scale 1)
+    lora_b, lora_a = u @ torch.diag(sqrt_s), torch.diag(sqrt_s) @ vh
+    return lora_a, lora_b, weights - scale * (lora_b @ lora_a)
+
+
+# Re-typed from PEFT 0.21.2, peft/tuners/lora/layer.py, `LoraLayer.pissa_init` (the "pissa" branch; PiSSA's authors
+# initialise through PEFT). The RLPO authors' PiSSA baseline is PEFT's "pissa_niter_4" (a pass-through here).
+def peft_pissa(weights, rank, scale):
+    v, s, uh = torch.linalg.svd(weights, full_matrices=False)
+    sr = s[:rank] / scale
+    lora_a, lora_b = torch.diag(torch.sqrt(sr)) @ uh[:rank], v[:, :rank] @ torch.diag(torch.sqrt(sr))
+    return lora_a, lora_b, weights - scale * lora_b @ lora_a
+
+
+# 192x72, r = 16, a spectrum that decays slowly around σ_16 (σ_i = i^(-1/10), σ_17/σ_16 = 0.994), like the MLP weights
+# of SmolLM2-135M. At i^(-1/2) the randomized solver's 48-column sketch already covers 2/3 of this 72-wide weight and it
+# converges to float32 rounding (3e-6), so it could not be told apart; here it lands 0.07-0.1 away.
+SLOW = spectrum_matrix(192, 72, torch.arange(1, 73, dtype=torch.float64) ** -0.1, seed=3)
+
+
+def one_layer_init(weight, method, r, alpha, **options):
+    d_out, d_in = weight.shape
+    module = nn.Sequential(nn.Linear(d_in, d_out, bias=False))
+    with torch.no_grad():
+        module[0].weight.copy_(weight)
+    cfg = LoraConfig(r=r, lora_alpha=alpha, target_modules=["0"])
+    layer = get_peft_model_with_init(module, cfg, method, show_progress=False, **options).base_model.model[0]
+    weights = (layer.lora_A["default"].weight, layer.lora_B["default"].weight, layer.get_base_layer().weight)
+    return tuple(w.detach().clone() for w in weights)
+
+
+@pytest.mark.parametrize("method, mode", [("rlpo", "max"), ("rlmo", "min")])
+def test_default_rlpo_rlmo_equal_authors_code(method, mode):
+    A, B, base = one_layer_init(SLOW, method, 16, 32)
+    ref_A, ref_B = authors_orthogonal_zero_b(SLOW.float(), 16, mode)
+    assert torch.equal(A, ref_A) and torch.equal(B, ref_B)  # the same SVD call: equal to the bit, signs included
+    assert torch.equal(base, SLOW)
+    # the faster options are not the authors' factors on this spectrum (randomized: the top; gram: the float64 bottom)
+    other = {"rlpo": "randomized", "rlmo": "gram"}[method]
+    A_other = one_layer_init(SLOW, method, 16, 32, solver=other)[0]
+    assert principal_angle_error(A_other, ref_A) > {"rlpo": 1e-2, "rlmo": 1e-6}[method]
+
+
+@pytest.mark.parametrize(
+    "method, alpha, reference, other, apart",
+    [("milora", 16, authors_milora, "gram", 1e-6), ("pissa", 32, peft_pissa, "randomized", 1e-2)],
+)
+def test_default_milora_pissa_equal_reference_code(method, alpha, reference, other, apart):
+    # MiLoRA at the authors' setting r = α (scale 1); PiSSA at the paper's r = 16, α = 32 (scale 2): A₀, B₀ and the
+    # residual base as theirs, up to float32 rounding; the faster option lands measurably elsewhere
+    A, B, base = one_layer_init(SLOW, method, 16, alpha)
+    ref_A, ref_B, ref_base = reference(SLOW.float(), 16, alpha / 16)
+    torch.testing.assert_close(A, ref_A, atol=1e-7, rtol=0)
+    torch.testing.assert_close(B, ref_B, atol=1e-7, rtol=0)
+    torch.testing.assert_close(base, ref_base, atol=1e-6, rtol=0)
+    assert principal_angle_error(one_layer_init(SLOW, method, 16, alpha, solver=other)[0], ref_A) > apart
+
+
+def test_milora_departs_from_authors_code_at_scale_two():
+    # At γ = α/r ≠ 1 (r = 16, α = 32) ours divides σ by γ (as PEFT's PiSSA), so γ·B₀A₀ is the minor part of W and the
+    # base is W minus it; theirs keeps √σ, so the base is W − γ·(minor part). Same output at init.
+    A, B, base = one_layer_init(SLOW, "milora", 16, 32)
+    ref_A, ref_B, ref_base = authors_milora(SLOW.float(), 16, 2.0)
+    torch.testing.assert_close(A * math.sqrt(2.0), ref_A, atol=1e-6, rtol=0)
+    torch.testing.assert_close(B * math.sqrt(2.0), ref_B, atol=1e-6, rtol=0)
+    torch.testing.assert_close(2.0 * (base - SLOW), ref_base - SLOW, atol=1e-6, rtol=0)
+
+
 # ---------------------------------------------------------------------------------------------------- real layers
 @pytest.mark.parametrize("method", OURS)
 def test_init_on_tiny_qwen2(tiny, ids, method):
@@ -287,15 +373,16 @@ def test_init_on_tiny_qwen2(tiny, ids, method):
 
 @pytest.mark.parametrize("method", OURS)
 def test_subspace_on_well_conditioned_layers(method):
-    # randomized solver exercised for real (r + oversampling < min dims), default options
+    # the faster solvers exercised for real (randomized: r + oversampling < min dims), default options otherwise
     model = two_linear()
     W = {n: p.detach().clone() for n, p in model.named_parameters() if n.endswith("weight")}
     x = torch.randn(5, 64)
     expected = model(x)
     cfg = LoraConfig(r=6, lora_alpha=12, target_modules=["up", "down"])
     peft_model = get_peft_model_with_init(
-        model, cfg, method, show_progress=False, **({"oversampling": 8} if PRINCIPAL[method] else {})
-    )
+        model, cfg, method, show_progress=False,
+        **({"solver": "randomized", "oversampling": 8} if PRINCIPAL[method] else {"solver": "gram"}),
+    )  # fmt: skip
     torch.testing.assert_close(peft_model(x), expected, atol=1e-5, rtol=1e-5)
     for short in ("up", "down"):
         layer = peft_model.base_model.model.get_submodule(short)
@@ -488,7 +575,7 @@ def test_weights_are_gathered_for_zero3(tiny, monkeypatch):
 def test_seed_reproducible_and_changes_randomized_factors():
     def factors(seed):
         peft_model = get_peft_model_with_init(
-            two_linear(), LoraConfig(r=6, lora_alpha=12, target_modules=["up"]), "rlpo",
+            two_linear(), LoraConfig(r=6, lora_alpha=12, target_modules=["up"]), "rlpo", solver="randomized",
             oversampling=4, niter=1, seed=seed, show_progress=False,
         )  # fmt: skip
         return peft_model.base_model.model.up.lora_A["default"].weight.detach().clone()
@@ -544,7 +631,7 @@ def test_bad_options_and_configs(tiny):
     with pytest.raises(ValueError, match=r"Unknown option\(s\) \['nitre'\]"):
         get_peft_model_with_init(copy.deepcopy(tiny), lora_config(), "rlpo", nitre=3)
     with pytest.raises(TypeError, match="'niter' .* must be int"):
-        get_peft_model_with_init(copy.deepcopy(tiny), lora_config(), "rlpo", niter=2.0)
+        get_peft_model_with_init(copy.deepcopy(tiny), lora_config(), "rlpo", solver="randomized", niter=2.0)
     with pytest.raises(ValueError, match="solver='randomized' is not available for 'rlmo'"):
         get_peft_model_with_init(copy.deepcopy(tiny), lora_config(), "rlmo", solver="randomized")
     with pytest.raises(ValueError, match="only apply to this package's inits"):
@@ -564,7 +651,12 @@ def test_bad_options_and_configs(tiny):
 
 def test_config_level_validation():
     check_lora_init_args(None, None)
-    check_lora_init_args("rlpo", {"niter": 4, "initial_adapter_dir": "x"})
+    check_lora_init_args("rlpo", {"solver": "randomized", "niter": 4, "initial_adapter_dir": "x"})
+    # the randomized solver's knobs without it would silently do nothing
+    with pytest.raises(ValueError, match=r"Options \['niter'\] tune the randomized solver.*pass solver='randomized'"):
+        check_lora_init_args("rlpo", {"niter": 4})
+    with pytest.raises(ValueError, match="the minor subspace has no randomized solver"):
+        check_lora_init_args("milora", {"solver": "gram", "oversampling": 8})
     check_lora_init_args("pissa_niter_8", None)
     with pytest.raises(ValueError, match="lora_init_kwargs is set but lora_init is not"):
         check_lora_init_args(None, {"niter": 4})

@@ -1,5 +1,6 @@
 """`lora_init` in the GRPO and DPO trainers: the reference is the original model, and saved adapters reload onto it."""
 
+import json
 import os
 from pathlib import Path
 
@@ -120,7 +121,8 @@ def test_config_validation(tmp_path):
     assert grpo_args(tmp_path).lora_init is None
     assert ISDPOConfig(output_dir=str(tmp_path), use_cpu=True).lora_init is None
     # command-line form: a JSON string
-    assert grpo_args(tmp_path, lora_init="rlpo", lora_init_kwargs='{"niter": 4}').lora_init_kwargs == {"niter": 4}
+    kwargs = '{"solver": "randomized", "niter": 4}'
+    assert grpo_args(tmp_path, lora_init="rlpo", lora_init_kwargs=kwargs).lora_init_kwargs == json.loads(kwargs)
 
 
 # ---------------------------------------------------------------------------------------------------- DPO

@@ -25,11 +25,15 @@ class MethodSpec:
     solvers: tuple[str, ...]
 
 
+# Every default is the authors' decomposition: a float32 thin SVD of the whole weight, `torch.linalg.svd(W.float(),
+# full_matrices=False)` (RLPO/RLMO/MiLoRA: Richard-ZZZ/geometry-preserving-orthonormal-init-rlvr@949965f,
+# scripts/prepare_init_adapters.py, `select_svd_components`; PiSSA: PEFT's `pissa_init`). "randomized" (principal) and
+# "gram" (minor) are faster options that land elsewhere on slowly decaying spectra (see decomposition.py).
 METHODS: dict[str, MethodSpec] = {
-    "rlpo": MethodSpec("rlpo", "principal", False, "randomized", ("randomized", "full")),
-    "rlmo": MethodSpec("rlmo", "minor", False, "gram", ("gram", "full")),
-    "pissa": MethodSpec("pissa", "principal", True, "full", ("randomized", "full")),
-    "milora": MethodSpec("milora", "minor", True, "gram", ("gram", "full")),
+    "rlpo": MethodSpec("rlpo", "principal", False, "full", ("full", "randomized")),
+    "rlmo": MethodSpec("rlmo", "minor", False, "full", ("full", "gram")),
+    "pissa": MethodSpec("pissa", "principal", True, "full", ("full", "randomized")),
+    "milora": MethodSpec("milora", "minor", True, "full", ("full", "gram")),
 }
 
 # PEFT values we hand to `LoraConfig(init_lora_weights=...)` untouched. `pissa_niter_K` is PEFT's randomized PiSSA
@@ -109,8 +113,8 @@ def check_method(method) -> str:
 def check_options(method, options: dict | None, allow_trainer_options: bool = False) -> dict:
     """Validate the options of an init and fill in the defaults; returns a new dict.
 
-    Our methods accept ``solver`` (per method: 'randomized'/'full' for principal subspaces, 'gram'/'full' for minor
-    ones), ``oversampling`` and ``niter`` (randomized solver), ``seed``, ``requantize`` (residual inits on a
+    Our methods accept ``solver`` ('full', the default: the authors' float32 thin SVD; or 'randomized' for principal
+    subspaces, 'gram' for minor ones), ``oversampling`` and ``niter`` (randomized solver), ``seed``, ``requantize`` (residual inits on a
     bitsandbytes base) and ``show_progress``. PEFT pass-through inits take no options.
     """
     name = check_method(method)
@@ -139,6 +143,21 @@ def check_options(method, options: dict | None, allow_trainer_options: bool = Fa
         hint = " (randomized methods only find the top of the spectrum)" if spec.subspace == "minor" else ""
         raise ValueError(
             f"solver={resolved['solver']!r} is not available for {name!r}{hint}. Use one of {list(spec.solvers)}."
+        )
+    # Non-default knobs of the randomized solver with another solver would do nothing (defaults pass: resolved options
+    # are validated again when re-applied, e.g. by `init_lora` or from a saved `lora_init.json`).
+    tuning = sorted(
+        key for key in ("oversampling", "niter") if options.get(key, DEFAULT_OPTIONS[key]) != DEFAULT_OPTIONS[key]
+    )
+    if tuning and resolved["solver"] != "randomized":
+        fix = (
+            "pass solver='randomized'"
+            if "randomized" in spec.solvers
+            else "the minor subspace has no randomized solver"
+        )
+        raise ValueError(
+            f"Options {tuning} tune the randomized solver, but {name!r} uses solver={resolved['solver']!r} (the "
+            f"default is the authors' full SVD), where they would do nothing. Remove them, or {fix}."
         )
     if resolved["oversampling"] < 0 or resolved["niter"] < 0:
         raise ValueError(
