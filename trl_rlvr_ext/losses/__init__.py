@@ -1,6 +1,13 @@
 """Pure tensor functions: no trainer, no model, no accelerate."""
 
-from .acpo import ACPO_PAPER_SETTINGS, AcpoBins, acpo_bins, acpo_clip_bounds
+from .acpo import (
+    ACPO_LOG_RATIO_LIMIT,
+    ACPO_PAPER_SETTINGS,
+    AcpoBins,
+    acpo_bins,
+    acpo_clamp_log_ratio,
+    acpo_clip_bounds,
+)
 from .clip_recovery import clip_recovery_objective, nsr_expected_weight, nsr_rescue_probability
 from .delta import DELTA_PAPER_SETTINGS, DeltaWeights, delta_token_weights, delta_weight_stats
 from .is_daa import is_daa_clip, is_daa_log_weights, is_daa_weight_stats, is_daa_weights
@@ -50,6 +57,7 @@ from .rsi import (
 
 
 __all__ = [
+    "ACPO_LOG_RATIO_LIMIT",
     "ACPO_PAPER_SETTINGS",
     "CLIPPED_HIGH_EDGES",
     "CLIPPED_LOW_EDGES",
@@ -70,6 +78,7 @@ __all__ = [
     "PopoPredictor",
     "RidgeProbe",
     "acpo_bins",
+    "acpo_clamp_log_ratio",
     "acpo_clip_bounds",
     "clip_recovery_objective",
     "clipped_counts",
