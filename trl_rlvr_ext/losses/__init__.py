@@ -27,10 +27,10 @@ from .poise import (
     PoiseValueBaseline,
     RidgeProbe,
     poise_advantages,
+    poise_bootstrap_advantages,
     poise_diagnostics,
     poise_targets,
     pool_last_n,
-    rloo_advantages,
 )
 from .popo import (
     POPO_PAPER_SETTINGS,
@@ -95,6 +95,7 @@ __all__ = [
     "nsr_expected_weight",
     "nsr_rescue_probability",
     "poise_advantages",
+    "poise_bootstrap_advantages",
     "poise_diagnostics",
     "poise_targets",
     "pool_last_n",
@@ -105,7 +106,6 @@ __all__ = [
     "ppo_clipped_objective",
     "ratio_percentiles",
     "relative_surprisal_index",
-    "rloo_advantages",
     "rsi_interval_mask",
     "rsi_quantile_bounds",
     "rsi_selection_counts",
