@@ -7,7 +7,13 @@ import math
 import pytest
 import torch
 
-from trl_rlvr_ext.losses import acpo_bins, acpo_clip_bounds, clip_recovery_objective, ppo_clipped_objective
+from trl_rlvr_ext.losses import (
+    acpo_bins,
+    acpo_clamp_log_ratio,
+    acpo_clip_bounds,
+    clip_recovery_objective,
+    ppo_clipped_objective,
+)
 
 
 def authors_reference(current_probs, ratio, response_mask, alpha, base, clip_min, clip_max, num_bins=5):
@@ -129,6 +135,56 @@ def test_equals_the_authors_procedure(settings, seed):
         members = bins.bin_index == k
         if members.any():
             assert ref_low[members].unique().numel() == 1
+
+
+def authors_policy_widths(log_prob, old_log_prob, response_mask, alpha, base, min_clip, max_clip, num_bins=5):
+    """The first lines of the authors' `compute_policy_loss` (Control-derek/ACPO @ cfcd73d,
+    verl/trainer/ppo/core_algos.py), re-typed: the log-ratio is clamped to [-20, 20] *before* the exponential, and
+    that ratio, with the current probabilities exp(log_prob), goes to `compute_variance_adaptive_cliprange`."""
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    return authors_reference(torch.exp(log_prob), ratio, response_mask, alpha, base, min_clip, max_clip, num_bins)
+
+
+@pytest.mark.parametrize("settings", [PAPER, {**PAPER, "max_clip": 1e12}], ids=["paper", "unclamped-width"])
+def test_an_overflowing_log_ratio_is_clamped_as_the_authors_do(settings):
+    """One token with log-ratio +1000 (its ratio overflows to inf) and one with −1000: the widths of every bin stay
+    finite and equal the authors' (who clamp the log-ratio at ±20 before exponentiating); the clamp marks exactly
+    those two tokens. Without the clamp the inf ratio made every bin's moments NaN (the matmul's inf · 0)."""
+    probs, ratio, mask = _random_batch(4)
+    mask[0, :2] = 1.0
+    log_prob = torch.log(probs.clamp(min=1e-6))
+    old_log_prob = log_prob - torch.log(ratio)
+    old_log_prob[0, 0] = log_prob[0, 0] - 1000.0  # π_θ / π_old = e^1000 = inf in float32
+    old_log_prob[0, 1] = log_prob[0, 1] + 1000.0
+    log_ratio = (log_prob - old_log_prob).requires_grad_()
+
+    clamped_log_ratio, clamped = acpo_clamp_log_ratio(log_ratio)
+    expected = torch.zeros_like(clamped)
+    expected[0, :2] = True
+    assert torch.equal(clamped, expected)
+    bins = acpo_bins(torch.exp(log_prob), torch.exp(clamped_log_ratio), mask, **settings)
+    ref_low, ref_high = authors_policy_widths(log_prob, old_log_prob, mask, **settings)
+    assert torch.isfinite(bins.bin_bound[bins.count > 0]).all() and torch.isfinite(bins.bound).all()
+    assert torch.equal(ref_low, ref_high)
+    torch.testing.assert_close(bins.bound, ref_low, rtol=2e-6, atol=2e-6)
+    # the bin holding the e^20 ratio is really wide (clamped to max_clip with the paper's settings)
+    overflow_bin = bins.bin_index[0, 0]
+    assert bins.bin_bound[overflow_bin] > 1.0
+    # the clamped tokens carry no gradient through the ratio, and the others their exp's: nothing is NaN
+    torch.exp(clamped_log_ratio).sum().backward()
+    assert torch.isfinite(log_ratio.grad).all() and (log_ratio.grad[0, :2] == 0).all()
+    # the failure the clamp removes: the unclamped ratio turns every bin's width into NaN
+    unclamped = acpo_bins(torch.exp(log_prob), torch.exp(log_ratio.detach()), mask, **settings)
+    assert torch.isnan(unclamped.bin_bound).all()
+
+
+def test_the_clamp_leaves_log_ratios_within_20_untouched():
+    log_ratio = torch.tensor([[-20.0, -19.5, 0.0, 3.25, 20.0], [20.001, -20.5, float("nan"), 1e-3, 7.0]])
+    out, clamped = acpo_clamp_log_ratio(log_ratio)
+    assert torch.equal(out[0], log_ratio[0]) and torch.equal(out[1, 3:], log_ratio[1, 3:])
+    assert out[1, 0] == 20.0 and out[1, 1] == -20.0 and torch.isnan(out[1, 2])
+    assert clamped.tolist() == [[False] * 5, [True, True, False, False, False]]
 
 
 def test_empty_bins_and_masked_tokens_match_the_authors():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from grpo_helpers import grpo_kwargs
+from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
 from test_grpo_trainer import _assert_same_run, _step_logs, _train
 from trl import GRPOConfig, GRPOTrainer
 
@@ -191,3 +191,36 @@ def test_bound_metric_helper_is_strict():
 
 def test_grpo_kwargs_reuse_rollouts():
     assert grpo_kwargs("x")["num_iterations"] >= 2  # every run above reuses its rollouts
+
+
+def test_an_overflowing_ratio_is_clamped_and_counted(tiny_model_path, tmp_path):
+    """One completion token made far off-policy (its old log-prob lowered by 1000, so its ratio e^1000 overflows to
+    inf): with ACPO the log-ratio is clamped at ±20 as the authors' `compute_policy_loss` does, so every bin's width,
+    the loss and the parameters stay finite, and `adaptive_clip/overflow_frac` counts that one token among the
+    completion tokens. grpo_kwargs: one generation batch of 8 completions, one micro-batch per step, used by both
+    steps (num_iterations=2)."""
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, adaptive_clip="acpo", max_steps=2))
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
+    )
+    generate, shares = trainer._generate_and_score_completions, []
+
+    def generate_with_one_overflow(inputs):
+        output = generate(inputs)
+        mask = output["completion_mask"]
+        row, column = mask.nonzero()[0].tolist()  # the batch's first completion token
+        output["old_per_token_logps"][row, column] -= 1000.0
+        shares.append(1.0 / mask.sum().item())
+        return output
+
+    trainer._generate_and_score_completions = generate_with_one_overflow
+    trainer.train()
+    logs = _step_logs(trainer)
+    assert len(logs) == 2 and len(shares) == 1
+    for log in logs:
+        assert math.isfinite(log["loss"])
+        assert log["adaptive_clip/overflow_frac"] == pytest.approx(shares[0], rel=1e-6)
+        bounds = [v for k, v in log.items() if k.startswith("adaptive_clip/bound_bin")]
+        assert bounds and all(math.isfinite(v) for v in bounds)
+        assert max(bounds) == 3.0  # the bin of the e^20 ratio: its width at max_clip
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())

@@ -16,10 +16,10 @@ from trl_rlvr_ext.losses import (
     PoiseValueBaseline,
     RidgeProbe,
     poise_advantages,
+    poise_bootstrap_advantages,
     poise_diagnostics,
     poise_targets,
     pool_last_n,
-    rloo_advantages,
 )
 from trl_rlvr_ext.losses.poise import pca_fit, span_masks, truncate_after_last
 
@@ -138,9 +138,29 @@ def sklearn_pipeline_predict(prompt, response, scalars, targets, kp, kr, alpha, 
 
 
 # ---------------------------------------------------------------- hand-computed values
-def test_rloo_and_cross_baselines_by_hand():
+def authors_bootstrap_advantages(reward_sums, group_size, target_mode):
+    """The authors' `_compute_bootstrap_rloo_advantages` (holi-lab/POISE @ 511641e, src/poise/trainer.py), re-typed
+    with the groups contiguous: targets from `compute_group_targets_and_cross_baselines` (src/poise/core.py) with zero
+    predictions, then reward − target. Returns (advantages, targets)."""
+    rewards = reward_sums.to(torch.float32)
+    targets = torch.empty_like(rewards)
+    for start in range(0, rewards.numel(), group_size):
+        group = rewards[start : start + group_size]
+        if target_mode == "other_rollout_correctness":
+            targets[start : start + group_size] = (group.sum() - group) / float(group_size - 1)
+        else:  # "pair_average"
+            targets[start : start + group_size] = group.mean()
+    return reward_sums.to(torch.float32) - targets, targets
+
+
+def test_bootstrap_and_cross_baselines_by_hand():
     rewards = torch.tensor([1.0, 0.0, 0.25, 0.75])
-    assert rloo_advantages(rewards, 2).tolist() == [1.0, -1.0, -0.5, 0.5]
+    # the sibling's reward as the target: RLOO, r_i − r_j
+    adv, base, target = poise_bootstrap_advantages(rewards, 2, "other_rollout_correctness")
+    assert adv.tolist() == [1.0, -1.0, -0.5, 0.5] and base.tolist() == target.tolist() == [0.0, 1.0, 0.75, 0.25]
+    # the pair's mean reward as the target: r_i − (r_i + r_j)/2, half RLOO's
+    adv, base, target = poise_bootstrap_advantages(rewards, 2, "pair_average")
+    assert adv.tolist() == [0.5, -0.5, -0.25, 0.25] and base.tolist() == target.tolist() == [0.5, 0.5, 0.5, 0.5]
     adv, base, target = poise_advantages(rewards, torch.tensor([0.1, 0.9, 0.2, 0.8]), 2, "other_rollout_correctness")
     torch.testing.assert_close(base, torch.tensor([0.9, 0.1, 0.8, 0.2]))  # the sibling's prediction
     torch.testing.assert_close(adv, torch.tensor([0.1, -0.1, -0.55, 0.55]))
@@ -152,6 +172,25 @@ def test_rloo_and_cross_baselines_by_hand():
     torch.testing.assert_close(target, torch.tensor([0.75, 0.5, 0.25]))
     torch.testing.assert_close(base, torch.tensor([0.65, 0.55, 0.3]))
     assert poise_targets(torch.tensor([1.0, 0.0]), 2, "pair_average").tolist() == [0.5, 0.5]
+
+
+@pytest.mark.parametrize("target_mode", ["other_rollout_correctness", "pair_average"])
+@pytest.mark.parametrize("group_size", [2, 3, 4])
+def test_bootstrap_advantages_equal_the_authors(target_mode, group_size):
+    """Reward minus the probe's target, in every target mode (0/1 and fractional rewards), to the bit; and what the
+    baseline state returns while it bootstraps."""
+    g = torch.Generator().manual_seed(group_size)
+    for rewards in ((torch.rand(8 * group_size, generator=g) > 0.5).float(), torch.rand(8 * group_size, generator=g)):
+        adv, base, target = poise_bootstrap_advantages(rewards, group_size, target_mode)
+        ref_adv, ref_target = authors_bootstrap_advantages(rewards, group_size, target_mode)
+        torch.testing.assert_close(adv, ref_adv, rtol=0, atol=0)
+        torch.testing.assert_close(target, ref_target, rtol=0, atol=0)
+        torch.testing.assert_close(base, ref_target, rtol=0, atol=0)
+        state = PoiseValueBaseline(group_size, 2, 2, 1.0, 0.0, 1.0, 64, 1, 1, target_mode=target_mode)
+        features = [torch.randn(rewards.numel(), 3, generator=g) for _ in range(3)]
+        result, predictions = state.advantages(rewards, *features)
+        assert predictions is None
+        torch.testing.assert_close(result.advantages, ref_adv, rtol=0, atol=0)
 
 
 def test_pool_last_n_by_hand():
@@ -327,7 +366,9 @@ def test_buffer_bootstrap_and_refits_follow_the_authors(buffer_rows, warmup, boo
         result, predictions = state.advantages(rewards, *features)
         assert (predictions is None) == (phase == "bootstrap")
         if predictions is None:
-            torch.testing.assert_close(result.advantages, rloo_advantages(rewards, 2))
+            torch.testing.assert_close(
+                result.advantages, authors_bootstrap_advantages(rewards, 2, "other_rollout_correctness")[0]
+            )
         # targets are the sibling's reward: the authors' buffer rows hold them in the same order
         assert state.update(*features, result.targets) == fitted
         sibling = [x for k in range(0, len(buffer_targets), 2) for x in buffer_targets[k : k + 2][::-1]]
@@ -365,7 +406,7 @@ def test_state_dict_round_trip_is_exact():
 
 def test_refusals():
     with pytest.raises(ValueError, match="at least 2 rollouts"):
-        rloo_advantages(torch.ones(3), 1)
+        poise_bootstrap_advantages(torch.ones(3), 1, "other_rollout_correctness")
     with pytest.raises(ValueError, match="grouped contiguously"):
         poise_advantages(torch.ones(3), torch.ones(3), 2, "other_rollout_correctness")
     with pytest.raises(ValueError, match="target_mode"):

@@ -1,6 +1,6 @@
 """RLVRGRPOTrainer with POISE's value baseline (value_baseline="poise"): off, it is stock TRL to the bit; while it
 bootstraps, its RLOO advantages are exactly twice TRL's unscaled group advantages (so with SGD at half the learning rate
-the run is stock TRL's to the bit); then the probe takes over and trains; a resume restores the probe exactly; the
+the run is stock TRL's to the bit), and under "pair_average" they are TRL's own; then the probe takes over and trains; a resume restores the probe exactly; the
 features are the authors' (layer output, last-n pooling); the config refuses what it cannot do."""
 
 import pytest
@@ -43,20 +43,24 @@ def test_poise_settings_with_the_option_off_are_stock_trl(tiny_model_path, tmp_p
     _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="\0")
 
 
+def _sgd_run(tmp_path, model_path, trainer_cls, config_cls, lr, **extra):
+    """3 steps of plain SGD (no gradient clipping) with 0/1 rewards, unscaled advantages and reused rollouts."""
+    common = {"optim": "sgd", "max_grad_norm": 1e9, "scale_rewards": "none", "max_steps": 3, "num_iterations": 2}
+    output_dir = tmp_path / f"{trainer_cls.__name__}{lr}{extra.get('poise_target_mode', '')}"
+    args = config_cls(**small_grpo_kwargs(output_dir, **common, learning_rate=lr, **extra))
+    trainer = trainer_cls(model=model_path, reward_funcs=has_digit, args=args, train_dataset=prompt_dataset())
+    trainer.train()
+    return trainer
+
+
 def test_bootstrap_is_rloo_twice_trls_advantage(tiny_model_path, tmp_path):
     """Bootstrap: A_i = r_i − r_j, exactly 2 × TRL's (r_i − mean) with scale_rewards='none' and 0/1 rewards. Plain SGD
     is linear in the gradient and ×2 is exact in floating point, so POISE at lr and stock TRL at 2·lr reach the same
     parameters, bit for bit (no gradient clipping: it would not commute with ×2). The whole POISE path runs: the
     extra forward, the hook, the gathers, the replacement."""
-    common = {"optim": "sgd", "max_grad_norm": 1e9, "scale_rewards": "none", "max_steps": 3, "num_iterations": 2}
 
     def run(trainer_cls, config_cls, lr, **extra):
-        args = config_cls(
-            **small_grpo_kwargs(tmp_path / f"{trainer_cls.__name__}{lr}", **common, learning_rate=lr, **extra)
-        )
-        trainer = trainer_cls(model=tiny_model_path, reward_funcs=has_digit, args=args, train_dataset=prompt_dataset())
-        trainer.train()
-        return trainer
+        return _sgd_run(tmp_path, tiny_model_path, trainer_cls, config_cls, lr, **extra)
 
     stock = run(GRPOTrainer, GRPOConfig, 0.2)
     ours = run(RLVRGRPOTrainer, RLVRGRPOConfig, 0.1, value_baseline="poise", poise_bootstrap_steps=16)
@@ -67,6 +71,27 @@ def test_bootstrap_is_rloo_twice_trls_advantage(tiny_model_path, tmp_path):
     # and the test can tell: stock TRL at the same learning rate lands elsewhere
     same_lr = run(GRPOTrainer, GRPOConfig, 0.1)
     assert any(not torch.equal(p, q) for p, q in zip(same_lr.model.parameters(), ours.model.parameters(), strict=True))
+
+
+def test_pair_average_bootstrap_is_trls_advantage(tiny_model_path, tmp_path):
+    """With `poise_target_mode="pair_average"` the bootstrap subtracts the probe's target, the pair's mean reward (the
+    authors' reward − target): A_i = r_i − (r_i + r_j)/2, which is TRL's unscaled group advantage itself, so POISE and
+    stock TRL at the same learning rate reach the same parameters, bit for bit (RLOO's r_i − r_j would double it)."""
+    stock = _sgd_run(tmp_path, tiny_model_path, GRPOTrainer, GRPOConfig, 0.1)
+    ours = _sgd_run(
+        tmp_path,
+        tiny_model_path,
+        RLVRGRPOTrainer,
+        RLVRGRPOConfig,
+        0.1,
+        value_baseline="poise",
+        poise_bootstrap_steps=16,
+        poise_target_mode="pair_average",
+    )
+    assert any(log["reward_std"] > 0 for log in _step_logs(stock)), "no reward spread: the test is void"
+    assert all(log["poise/phase"] == 0 for log in _step_logs(ours) if "poise/phase" in log)
+    for p, q in zip(stock.model.parameters(), ours.model.parameters(), strict=True):
+        assert torch.equal(p, q)
 
 
 def test_poise_trains_with_the_probe_after_the_bootstrap(tiny_model_path, tmp_path, monkeypatch):

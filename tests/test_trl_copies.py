@@ -27,7 +27,7 @@ VERSION_PACKAGES = sorted(set(TRL_COPIES.values()), key=lambda name: tuple(map(i
 UPSTREAM = {"grpo": GRPOTrainer, "dpo": DPOTrainer}
 # (copy, method) -> the marked blocks it must hold, per feature
 EXPECTED_BLOCKS = {
-    ("grpo", "_compute_loss"): {"clip-objective": 3, "rsi-selection": 1},
+    ("grpo", "_compute_loss"): {"adaptive-clip": 1, "clip-objective": 3, "rsi-selection": 1},
     ("dpo", "_compute_loss"): {"IS-DAA": 4},
 }
 

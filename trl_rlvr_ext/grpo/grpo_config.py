@@ -336,7 +336,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             last `poise_pool_n` tokens, reduced by PCA to `poise_prompt_pca` / `poise_response_pca` dimensions) plus
             three mean token entropies; no std normalisation. The probe learns the sibling's reward online from a
             buffer of `poise_buffer_rows` rows, refitted every generation batch after `poise_warmup_steps`; the first
-            `poise_bootstrap_steps` batches use RLOO (A_i = r_i − r_j) while the buffer fills. One extra forward pass
+            `poise_bootstrap_steps` batches use A_i = r_i − target_i (RLOO's r_i − r_j) while the buffer fills. One extra forward pass
             without gradient per generation batch; the features are gathered over processes, so the probe is the same
             on every one; its state is saved in checkpoints. Needs num_generations=2 (the authors' scratch bootstrap),
             scale_rewards="none". Logged as `poise/*` (`trl_rlvr_ext.losses.poise`).
@@ -364,7 +364,8 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
             POISE: the probe is refitted after a batch only once this many batches were observed (the bootstrap
             counts). Authors: 8.
         poise_bootstrap_steps (`int`, *optional*, defaults to `16`):
-            POISE: generation batches trained with RLOO advantages before the first fit of the probe. Authors: 16.
+            POISE: generation batches trained with A_i = r_i − target_i (the authors' bootstrap: RLOO with the default
+            target, r_i − (r_i + r_j)/2 with "pair_average") before the first fit of the probe. Authors: 16.
         poise_target_mode (`str`, *optional*, defaults to `"other_rollout_correctness"`):
             POISE: the probe's target for rollout i: the mean reward of its siblings (the authors') or
             `"pair_average"` (the group's mean reward).
@@ -721,7 +722,7 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
         metadata={
             "help": "The advantage's baseline: 'none' (stock TRL, the group mean) or 'poise' (POISE, "
             "https://arxiv.org/abs/2605.07579: A_i = r_i - mean of the sibling rollouts' values, predicted by a ridge "
-            "probe on the policy's hidden states, fitted online; RLOO for the first poise_bootstrap_steps batches). "
+            "probe on the policy's hidden states, fitted online; A = r - target for the first poise_bootstrap_steps batches). "
             "Needs num_generations=2 and scale_rewards='none'.",
             "choices": list(VALUE_BASELINES),
         },
@@ -761,7 +762,10 @@ class RLVRGRPOConfig(LoraInitArguments, GRPOConfig):
     )
     poise_bootstrap_steps: int = field(
         default=POISE_PAPER_SETTINGS["bootstrap_steps"],
-        metadata={"help": "POISE: generation batches with RLOO advantages before the first fit (authors: 16)."},
+        metadata={
+            "help": "POISE: generation batches with A = r - target (RLOO with the default target) before the first "
+            "fit (authors: 16)."
+        },
     )
     poise_target_mode: str = field(
         default=POISE_PAPER_SETTINGS["target_mode"],

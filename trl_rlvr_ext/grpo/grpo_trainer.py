@@ -13,7 +13,7 @@ from trl import GRPOConfig, GRPOTrainer
 from .._compat import check_fsdp_really_runs, resolve_trainer_config
 from .._trl import load_copy
 from ..data import resolve_model_argument
-from ..losses.acpo import acpo_bin_index, acpo_bins
+from ..losses.acpo import acpo_bin_index, acpo_bins, acpo_clamp_log_ratio
 from ..losses.clip_recovery import clip_recovery_objective
 from ..losses.delta import delta_token_weights, delta_weight_stats
 from ..losses.off_policy import (
@@ -193,6 +193,17 @@ class RLVRGRPOTrainer(
         self._recovery_generator = None
 
     # ---------------------------------------------------------------- PPO's clipped objective: NSR and ACPO
+    def _acpo_clamp_log_ratio(self, log_ratio: torch.Tensor) -> torch.Tensor:
+        """With ACPO, the log-ratio clamped to [−20, 20] before TRL exponentiates it, where the authors'
+        `compute_policy_loss` clamps it: the one ratio the bins, the clipped surrogate and TRL's metrics read. One
+        overflowing ratio (inf) would otherwise make every bin's width NaN, on every process under the global scope.
+        The tokens it clamped are kept for `adaptive_clip/overflow_frac`. Without ACPO, TRL's log-ratio untouched
+        (TRL does not clamp)."""
+        if self.args.adaptive_clip != "acpo":
+            return log_ratio
+        log_ratio, self._acpo_overflow = acpo_clamp_log_ratio(log_ratio)
+        return log_ratio
+
     def _clip_objective_loss(self, ratio, advantages, per_token_logps, mask, inputs):
         """The per-token loss of PPO's clipped objective with our options, and what its metrics need.
 
@@ -209,6 +220,8 @@ class RLVRGRPOTrainer(
         if self.args.adaptive_clip == "acpo":
             acpo = self._acpo_bins(per_token_logps, ratio, mask)
             epsilon_low = epsilon_high = acpo.bound
+            # the tokens `_acpo_clamp_log_ratio` clamped in this loss computation (it runs just before, in the copy)
+            acpo = {"bins": acpo, "overflow": self.__dict__.pop("_acpo_overflow")}
         if self.args.clip_recovery == "none":
             surrogate, clipped_low, clipped_high = ppo_clipped_objective(
                 ratio, advantages, epsilon_low, epsilon_high, delta=self.args.delta
@@ -265,7 +278,10 @@ class RLVRGRPOTrainer(
                 rescued = masks[f"rescued_{side}"].float().expand_as(mask)
                 self._metrics[mode][f"clip_recovery/{side}_frac"].append(global_masked_mean(rescued))
         if acpo is not None:
-            self._log_acpo(mode, acpo, masks, global_masked_mean)
+            self._log_acpo(mode, acpo["bins"], masks, global_masked_mean)
+            # share of the completion tokens whose |log-ratio| passed 20 and was clamped, over every process
+            overflow = acpo["overflow"].float()
+            self._metrics[mode]["adaptive_clip/overflow_frac"].append(global_masked_mean(overflow))
         if clip_state["diagnostics"] is not None:
             self._log_off_policy(mode, clip_state["diagnostics"], masks)
 

@@ -1,6 +1,13 @@
 """Pure tensor functions: no trainer, no model, no accelerate."""
 
-from .acpo import ACPO_PAPER_SETTINGS, AcpoBins, acpo_bins, acpo_clip_bounds
+from .acpo import (
+    ACPO_LOG_RATIO_LIMIT,
+    ACPO_PAPER_SETTINGS,
+    AcpoBins,
+    acpo_bins,
+    acpo_clamp_log_ratio,
+    acpo_clip_bounds,
+)
 from .clip_recovery import clip_recovery_objective, nsr_expected_weight, nsr_rescue_probability
 from .delta import DELTA_PAPER_SETTINGS, DeltaWeights, delta_token_weights, delta_weight_stats
 from .is_daa import is_daa_clip, is_daa_log_weights, is_daa_weight_stats, is_daa_weights
@@ -20,10 +27,10 @@ from .poise import (
     PoiseValueBaseline,
     RidgeProbe,
     poise_advantages,
+    poise_bootstrap_advantages,
     poise_diagnostics,
     poise_targets,
     pool_last_n,
-    rloo_advantages,
 )
 from .popo import (
     POPO_PAPER_SETTINGS,
@@ -50,6 +57,7 @@ from .rsi import (
 
 
 __all__ = [
+    "ACPO_LOG_RATIO_LIMIT",
     "ACPO_PAPER_SETTINGS",
     "CLIPPED_HIGH_EDGES",
     "CLIPPED_LOW_EDGES",
@@ -70,6 +78,7 @@ __all__ = [
     "PopoPredictor",
     "RidgeProbe",
     "acpo_bins",
+    "acpo_clamp_log_ratio",
     "acpo_clip_bounds",
     "clip_recovery_objective",
     "clipped_counts",
@@ -86,6 +95,7 @@ __all__ = [
     "nsr_expected_weight",
     "nsr_rescue_probability",
     "poise_advantages",
+    "poise_bootstrap_advantages",
     "poise_diagnostics",
     "poise_targets",
     "pool_last_n",
@@ -96,7 +106,6 @@ __all__ = [
     "ppo_clipped_objective",
     "ratio_percentiles",
     "relative_surprisal_index",
-    "rloo_advantages",
     "rsi_interval_mask",
     "rsi_quantile_bounds",
     "rsi_selection_counts",

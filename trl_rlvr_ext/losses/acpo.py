@@ -10,6 +10,10 @@ This module follows that code (see docs/methods/acpo.md for where it and the pap
     ε_k       = clamp(base + α·σ_k, min, max)
     clip      r ↦ clip(r, 1 − ε_k, 1 + ε_k) for every masked token in B_k (symmetric)
 
+The ratio the bins read (and the loss clips) is the authors' exp(clamp(log π_θ − log π_old, −20, 20)): their
+`compute_policy_loss` clamps the log-ratio before the exponential, so one token far off-policy cannot make its ratio
+inf, which would make every bin's moments NaN (a matmul: inf · 0 = NaN). See `acpo_clamp_log_ratio`.
+
 Tokens outside the mask (or whose probability is in no bin: NaN) keep ``base``, unclamped, as in the authors' code;
 they take no part in the loss. The widths carry no gradient (the authors take the std with `.item()`).
 
@@ -25,6 +29,8 @@ import torch
 
 
 ACPO_PAPER_SETTINGS = {"alpha": 3.0, "base": 0.2, "min_clip": 0.0, "max_clip": 3.0, "num_bins": 5}
+# The authors' clamp of the log-ratio before the exponential (`compute_policy_loss`: "for stability"): e^±20.
+ACPO_LOG_RATIO_LIMIT = 20.0
 
 
 class AcpoBins(NamedTuple):
@@ -55,6 +61,22 @@ def _check_acpo_arguments(alpha, base, min_clip, max_clip, num_bins) -> None:
         raise ValueError(
             f"max_clip ({max_clip}) must be >= min_clip ({min_clip}): the width is clamped to [min, max]."
         )
+
+
+def acpo_clamp_log_ratio(log_ratio: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(clamp(log_ratio, −20, 20), tokens it changed)``: the authors' clamp of the log-ratio, before the exponential.
+
+    The authors' `compute_policy_loss` clamps log π_θ − log π_old to [−20, 20] and exponentiates the result: that
+    one ratio feeds the bins' statistics and the clipped surrogate. Clamping the log-ratio (not the ratio) also keeps
+    the gradient finite: exp's backward multiplies by its output, and inf · 0 is NaN. The clamped tokens have no
+    gradient through the ratio (clamp's derivative is 0 outside the range), as in the authors' code.
+
+    Returns:
+        The clamped log-ratio (with the input's gradient inside the range) and a boolean tensor, without
+        gradient, marking the tokens whose |log-ratio| exceeded 20 (NaN is not marked: it is not clamped either).
+    """
+    clamped = log_ratio.detach().abs() > ACPO_LOG_RATIO_LIMIT
+    return torch.clamp(log_ratio, min=-ACPO_LOG_RATIO_LIMIT, max=ACPO_LOG_RATIO_LIMIT), clamped
 
 
 def acpo_bin_index(probs: torch.Tensor, mask: torch.Tensor, num_bins: int = 5) -> torch.Tensor:
@@ -159,7 +181,8 @@ def acpo_clip_bounds(
 
     Args:
         probs: current probabilities π_θ of the tokens, (B, T) (any float dtype; binned in float32).
-        ratio: importance ratios r = π_θ / π_old, (B, T); read detached, in float32 (moments in float64).
+        ratio: importance ratios r = π_θ / π_old, (B, T), from the clamped log-ratio (`acpo_clamp_log_ratio`); read
+            detached, in float32 (moments in float64). An infinite ratio would make every bin's width NaN.
         mask: completion mask, (B, T); only its non-zero tokens enter the statistics.
         alpha: α, the weight of the std (paper: 3.0; the authors' code default is 1.0).
         base: the base width (paper: 0.2).

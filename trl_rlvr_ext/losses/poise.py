@@ -4,7 +4,7 @@ Paper: "POISE: Policy Optimization with Internal State Value Estimation", 2026, 
 authors' code: https://github.com/holi-lab/POISE @ 511641e (a verl fork): `src/poise/core.py`
 (`compute_group_targets_and_cross_baselines`, `regression_diagnostic_values`), `src/poise/estimator.py`
 (`fit_estimator`: sklearn PCA → StandardScaler → Ridge, predictions clipped), `src/poise/domain_estimator_bank.py` (the
-FIFO buffer of prompt groups, the warm-up and refit rule), `src/poise/trainer.py` (the RLOO bootstrap), and
+FIFO buffer of prompt groups, the warm-up and refit rule), `src/poise/trainer.py` (the bootstrap), and
 `vendor/verl/workers/actor/dp_actor.py` (last-n pooling of one decoder layer's output). The code is the spec: the
 paper's body could not be read. This module is pure torch (no sklearn); docs/methods/poise.md lists where it departs.
 
@@ -22,13 +22,15 @@ For a group I of G rollouts of one prompt (G = 2 in the paper), rollout i with r
                                                                    ("other_rollout_correctness"; or "pair_average":
                                                                    the group's mean reward)
 
-Bootstrap (scratch start, the first `bootstrap_steps` generation batches): A_i = r_i − (Σ_{j∈I} r_j − r_i)/(G − 1),
-RLOO, while the rows (z_i, target_i) fill the buffer; after the last bootstrap batch the probe is fitted on the buffer.
+Bootstrap (scratch start, the first `bootstrap_steps` generation batches): A_i = r_i − target_i, the authors'
+`_compute_bootstrap_rloo_advantages` (RLOO under "other_rollout_correctness"; r_i − mean_I(r) under "pair_average"),
+while the rows (z_i, target_i) fill the buffer; after the last bootstrap batch the probe is fitted on the buffer.
 Afterwards every batch's rows are appended (the oldest prompt groups dropped past `buffer_rows`) and the probe is
 refitted from scratch on the whole buffer once `warmup_steps` batches have been observed (the bootstrap counts).
 
 The fit (sklearn's, re-typed in float64): PCA by exact SVD (the authors use sklearn's randomized solver, seed 42: an
-approximation of the same subspace), with sklearn's sign rule (each component's largest entry positive);
+approximation of the same subspace; the probes' predictions differ by 0.013-0.157, within the spread of the authors'
+own solver over seeds, see docs/methods/poise.md), with sklearn's sign rule (each component's largest entry positive);
 StandardScaler with the population std, a constant column's scale set to 1 (sklearn's `_is_constant_feature` bound);
 Ridge with an intercept: w = (Z̃ᵀZ̃ + αI)⁻¹ Z̃ᵀ(y − ȳ) on column-centred Z̃, b = ȳ − mean(Z_s)·w.
 """
@@ -40,7 +42,7 @@ import torch
 
 
 # The authors' Qwen3-4B profile (src/poise/config/*_qwen3_4b.json, scripts/train/_poise.sh): layer 19 of 36, last-10
-# pooling, PCA 32 / 64, ridge α = 100, clip [0, 1], buffer 4096 rows (math), warm-up 8 batches, 16 RLOO bootstrap
+# pooling, PCA 32 / 64, ridge α = 100, clip [0, 1], buffer 4096 rows (math), warm-up 8 batches, 16 bootstrap
 # batches, G = 2. (OLMo-3-7B: layer 7, n = 32, PCA 16 / 128, α = 1000.)
 POISE_PAPER_SETTINGS = {
     "layer_fraction": 19 / 36,
@@ -200,10 +202,15 @@ def poise_advantages(
     return PoiseAdvantages(rewards.float() - baselines, baselines, targets)
 
 
-def rloo_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
-    """The bootstrap's RLOO advantages A_i = r_i − (Σ_{j∈I} r_j − r_i)/(G − 1) (G = 2: r_i − r_j)."""
-    r = _groups(rewards, num_generations)
-    return (r - _leave_one_out_mean(r)).reshape(-1)
+def poise_bootstrap_advantages(rewards: torch.Tensor, num_generations: int, target_mode: str) -> PoiseAdvantages:
+    """The bootstrap's advantages A_i = r_i − target_i, the probe's own target as the baseline (the authors'
+    `_compute_bootstrap_rloo_advantages`: their targets with zero predictions, subtracted from the rewards).
+
+    "other_rollout_correctness": target_i = (Σ_{j∈I} r_j − r_i)/(G − 1), so A_i is RLOO's (G = 2: r_i − r_j).
+    "pair_average": target_i = the group's mean reward, so A_i = r_i − mean_I(r) (G = 2: (r_i − r_j)/2, half RLOO's).
+    """
+    targets = poise_targets(rewards, num_generations, target_mode)
+    return PoiseAdvantages(rewards.float() - targets, targets, targets)
 
 
 # ---------------------------------------------------------------- the probe
@@ -307,7 +314,7 @@ _BUFFER_KEYS = ("prompt", "response", "scalars", "targets")
 class PoiseValueBaseline:
     """POISE's online state: the FIFO buffer of (features, target) rows, the probe, and the step counters.
 
-    Per generation batch: `advantages(...)` (RLOO while bootstrapping, the probe's cross baselines after), then
+    Per generation batch: `advantages(...)` (r − target while bootstrapping, the probe's cross baselines after), then
     `update(...)` with the batch's rows. Rows are appended a prompt group at a time; past `buffer_rows` the oldest groups
     go first (`RecentDomainBuffer` / `_trim_buffer_rows`). The probe is fitted after the `bootstrap_steps`-th batch,
     then refitted from scratch after each batch once `warmup_steps` batches have been observed. One probe: the authors'
@@ -346,10 +353,8 @@ class PoiseValueBaseline:
 
     def advantages(self, rewards, prompt, response, scalars) -> tuple[PoiseAdvantages, torch.Tensor | None]:
         """This batch's advantages and targets, and the probe's predictions v (None while bootstrapping)."""
-        targets = poise_targets(rewards, self.num_generations, self.target_mode)
         if self.bootstrapping:
-            adv = rloo_advantages(rewards, self.num_generations)
-            return PoiseAdvantages(adv, rewards.float() - adv, targets), None
+            return poise_bootstrap_advantages(rewards, self.num_generations, self.target_mode), None
         predictions = self.probe.predict(prompt, response, scalars).to(rewards.device)
         return poise_advantages(rewards, predictions, self.num_generations, self.target_mode), predictions
 

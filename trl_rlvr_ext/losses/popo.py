@@ -192,16 +192,24 @@ def popo_loss(
         beta_entropy: β_ent, the weight of L_ent (the authors': 0.01).
         target_noise: ``(B, D)`` ε, a draw of N(0, σ²I) added to the target (training only), or None.
     """
-    mask = completion_mask.to(per_token_logps.dtype)
+    # Every sum in float32 (float64 stays float64), whatever the log-probs' dtype: under bf16 autocast TRL's log-probs
+    # are bf16, and bf16 weights, a bf16 weighted-NLL sum and a bf16 token count (exact only up to 256) put the loss
+    # 1.7e-3 (relative) off its float32 value on 8 × 300 tokens (tests/test_popo_loss.py). The authors' entropy term
+    # is float32 (float32 entropies over an integer token count); we cast before the sums as they keep float32.
+    dtype = torch.promote_types(per_token_logps.dtype, torch.float32)
+    mask = completion_mask.to(dtype)
+    entropies = entropies.to(dtype)
     entropy = ((entropies.detach() * mask).sum() / mask.sum().clamp(min=1.0)).detach()
     if not bool(positive.any()):
         # The authors' zero: connected to the model and the predictor so every rank's backward hooks fire
         zero = 0.0 * per_token_logps.sum() + 0.0 * predicted.sum()
         flat = zero.detach()
         return PopoLoss(zero, flat, flat, flat, entropy)
-    w = weights.detach().to(per_token_logps.dtype)
+    w = weights.detach().to(dtype)
     # Eq. 6: normalised by the positive tokens (a group with k equal positives weighs ≈ 1/k of a one-positive group)
-    nll = (w.unsqueeze(1) * -per_token_logps * mask).sum() / ((w > 0).unsqueeze(1).float() * mask).sum().clamp(min=1.0)
+    nll = (w.unsqueeze(1) * -per_token_logps.to(dtype) * mask).sum() / (
+        (w > 0).unsqueeze(1).to(dtype) * mask
+    ).sum().clamp(min=1.0)
     tgt = target.detach() if target_noise is None else target.detach() + target_noise
     # Eq. 9: cosine between the prediction and the stop-gradient target, weighted, over the weight sum
     cos = (F.normalize(predicted, dim=-1) * F.normalize(tgt, dim=-1)).sum(dim=-1)

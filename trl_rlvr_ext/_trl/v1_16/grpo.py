@@ -80,6 +80,9 @@ class GRPOTrainerCopy:
             )
 
         log_ratio = per_token_logps - old_per_token_logps
+        # --- adaptive-clip begin
+        log_ratio = self._acpo_clamp_log_ratio(log_ratio)
+        # --- adaptive-clip end
         if self.importance_sampling_level == "token":
             log_importance_weights = log_ratio
         elif self.importance_sampling_level == "sequence":
