@@ -118,6 +118,15 @@ def _sequence_logps(model, batch):
     return (token_logps * mask).sum(1), mask.sum(1), token_logps, mask
 
 
+def _first_batch_logps(trainer, reference):
+    """The trainer's first train batch, and the policy's and reference's sequence log-probs on it."""
+    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
+    with torch.no_grad():
+        pol, lengths, token_logps, mask = _sequence_logps(trainer.model, batch)
+        ref, _, _, _ = _sequence_logps(reference, batch)
+    return batch, pol, ref, lengths, token_logps, mask
+
+
 def _per_pair_losses(loss_type, beta, label_smoothing, pol, ref, lengths, token_logps, mask):
     """Stock DPO per-pair losses, written from the papers' equations (TRL's conventions)."""
     pc, pr = pol.chunk(2)
@@ -169,11 +178,7 @@ def test_loss_is_weighted_mean_of_stock_per_pair_losses(tmp_path, loss_type, los
     trainer = ISDPOTrainer(
         policy, ref_model=reference, args=args, train_dataset=_dataset(8), processing_class=tokenizer
     )
-    batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
-
-    with torch.no_grad():
-        pol, lengths, token_logps, mask = _sequence_logps(trainer.model, batch)
-        ref, _, _, _ = _sequence_logps(reference, batch)
+    batch, pol, ref, lengths, token_logps, mask = _first_batch_logps(trainer, reference)
     pc, pr = pol.chunk(2)
     rc, rr = ref.chunk(2)
     raw = torch.exp((pc - rc) + (pr - rr))  # π_D = π_ref: no behaviour columns
@@ -181,7 +186,7 @@ def test_loss_is_weighted_mean_of_stock_per_pair_losses(tmp_path, loss_type, los
     above_one = raw[raw > 1].sort().values
     assert len(above_one) >= 2, raw
     trainer.args.importance_weight_cap = ((above_one[0] + above_one[1]) / 2).item()
-    weights = torch.clamp(raw, max=trainer.args.importance_weight_cap)
+    weights = torch.clamp(raw, max=trainer.args.importance_weight_cap).clamp(min=trainer.args.importance_weight_floor)
     assert 0 < (raw > trainer.args.importance_weight_cap).sum() < len(raw) and weights.std() > 0.01
 
     expected = sum(
@@ -190,7 +195,8 @@ def test_loss_is_weighted_mean_of_stock_per_pair_losses(tmp_path, loss_type, los
     )
     loss = trainer.compute_loss(trainer.model, batch)
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(is_daa_weights(pc, pr, rc, rr, trainer.args.importance_weight_cap), weights)
+    floor = trainer.args.importance_weight_floor
+    torch.testing.assert_close(is_daa_weights(pc, pr, rc, rr, trainer.args.importance_weight_cap, floor), weights)
     metrics = trainer._metrics["train" if trainer.model.training else "eval"]
     assert metrics["is/weight_mean"][-1] == pytest.approx(weights.mean().item(), rel=1e-5)
     assert metrics["is/clipped_frac"][-1] == pytest.approx(
@@ -215,6 +221,7 @@ def test_behavior_columns_set_the_weights(tiny_model_path, tmp_path):
     cap = 1.5
     args = ISDPOConfig(**_kwargs(tmp_path, per_device_train_batch_size=8), importance_weight_cap=cap)
     trainer = ISDPOTrainer(tiny_model_path, args=args, train_dataset=dataset)
+    trainer.model.train()  # the training loss (from_pretrained leaves the model in eval mode: TRL's unweighted loss)
     batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
     assert set(BEHAVIOR_COLUMNS) <= set(batch)  # survived dataset preparation, column pruning and the collator
     weights = torch.exp(torch.clamp(-(offsets_chosen + offsets_rejected), max=math.log(cap)))
@@ -242,6 +249,7 @@ def test_authors_behavior_columns_are_used_when_named_and_never_silently_ignored
         return ISDPOTrainer(tiny_model_path, args=args, train_dataset=train)
 
     def step0_loss(trainer):
+        trainer.model.train()  # the training loss, weighted (an eval-mode model gives TRL's unweighted eval loss)
         batch = trainer._prepare_inputs(next(iter(trainer.get_train_dataloader())))
         return trainer.compute_loss(trainer.model, batch), batch
 
@@ -367,6 +375,100 @@ def test_training_with_behavior_columns_and_evaluate(tiny_model_path, tmp_path):
     assert "eval_is/weight_mean" in metrics and "eval_loss" in metrics
 
 
+# ---------------------------------------------------------------- collapsed weights: floored, warned, logged
+def _far_policy_and_reference(tokenizer, scale=200.0):
+    """A policy away from its reference on every pair: its logits are the reference's × `scale`. At 200 each sequence
+    of the toy data loses hundreds of nats and log w ≈ −220 to −400 (exp underflows to exactly 0 in float32 below
+    −104): what a large policy move does to the weights when π_D = π_ref."""
+    policy, reference = make_model(tokenizer, seed=0), make_model(tokenizer, seed=0)
+    with torch.no_grad():
+        policy.lm_head.weight.mul_(scale)
+    return policy, reference
+
+
+@pytest.mark.parametrize("floor", [0.0, None], ids=["authors_no_floor", "default_floor"])
+def test_collapsed_weights_are_floored_warned_and_logged(tmp_path, caplog, floor):
+    tokenizer = make_tokenizer()
+    policy, reference = _far_policy_and_reference(tokenizer)
+    extra = {} if floor is None else {"importance_weight_floor": floor}
+    args = ISDPOConfig(**_kwargs(tmp_path, per_device_train_batch_size=8, max_steps=2), beta=0.1, **extra)
+    assert args.importance_weight_floor == (2**-8 if floor is None else 0.0)
+    trainer = ISDPOTrainer(
+        policy, ref_model=reference, args=args, train_dataset=_dataset(8), processing_class=tokenizer
+    )
+    trainer.model.train()
+    batch, pol, ref, lengths, token_logps, mask = _first_batch_logps(trainer, reference)
+    pc, pr = pol.chunk(2)
+    rc, rr = ref.chunk(2)
+    assert ((pc - rc) + (pr - rr) < -150).all()  # every weight underflows: exp(-150) == 0 in float32
+    per_pair = _per_pair_losses("sigmoid", 0.1, 0.0, pol, ref, lengths, token_logps, mask)
+    assert per_pair.mean() > 0.5  # DPO itself still has plenty to learn (its loss is far from 0)
+
+    with caplog.at_level("WARNING", logger="trl_rlvr_ext.dpo.dpo_trainer"):
+        loss = trainer.compute_loss(trainer.model, batch)
+        trainer.compute_loss(trainer.model, batch)  # once per mode: no second warning
+    metrics = trainer._metrics["train"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "trl_rlvr_ext.dpo.dpo_trainer"]
+    assert len(messages) == 1, messages
+    message = messages[0]
+    assert "collapsed (train, step 0): 100% of the pairs" in message and "the reference policy" in message
+    assert "behavior_chosen_logps / behavior_rejected_logps" in message and "trl-rlvr-ext score-behavior" in message
+    if floor == 0.0:  # the authors' weight: the loss is exactly 0, and so is every gradient
+        assert loss.item() == 0.0 and metrics["is/weight_mean"][-1] == 0.0
+        assert metrics["is/floored_frac"][-1] == 0.0 and "importance_weight_floor=0," in message
+    else:  # every pair weighs F = 2^-8: the loss is F · mean(ℓ), by hand
+        torch.testing.assert_close(loss, 2**-8 * per_pair.mean(), rtol=1e-5, atol=0)
+        assert metrics["is/weight_mean"][-1] == 2**-8 and metrics["is/floored_frac"][-1] == 1.0
+        assert "keeps each of them at 0.003906 times DPO's step" in message
+
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
+    train_loss = trainer.state.log_history[-1]["train_loss"]
+    if floor == 0.0:  # silently stopped, but for the warning above
+        assert changed == [] and train_loss == 0.0
+    else:
+        assert "lm_head.weight" in changed and train_loss > 0.0
+        assert all(log["is/floored_frac"] > 0.5 for log in trainer.state.log_history if "is/floored_frac" in log)
+
+
+def test_eval_loss_is_stock_dpo_unless_the_weighted_one_is_asked_for(tmp_path):
+    """eval_loss equals stock TRL's DPO eval loss, bit for bit, on a policy whose weights are far from 1 (else the test
+    could not fail); the weighted loss is `eval_is/weighted_loss`, and eval_loss with importance_weighted_eval_loss."""
+    tokenizer = make_tokenizer()
+    eval_dataset = _dataset(8, seed=5)
+
+    def evaluate(trainer_cls, config_cls, **extra):
+        policy, reference = _far_policy_and_reference(tokenizer, scale=3.0)  # weights well below 1, above the floor
+        args = config_cls(**_kwargs(tmp_path / trainer_cls.__name__, per_device_eval_batch_size=4), **extra)
+        trainer = trainer_cls(
+            policy, ref_model=reference, args=args, train_dataset=_dataset(8), eval_dataset=eval_dataset,
+            processing_class=tokenizer,
+        )  # fmt: skip
+        return trainer.evaluate()
+
+    stock = evaluate(DPOTrainer, DPOConfig)
+    ours = evaluate(ISDPOTrainer, ISDPOConfig)
+    weighted = evaluate(ISDPOTrainer, ISDPOConfig, importance_weighted_eval_loss=True)
+    assert ours["eval_loss"] == stock["eval_loss"]
+    assert ours["eval_is/weight_mean"] < 0.8 and ours["eval_is/floored_frac"] < 0.5  # a weighted eval loss differs
+    assert abs(ours["eval_is/weighted_loss"] - ours["eval_loss"]) > 1e-3
+    # The weighted eval loss is the metric of the default run, and training's weighted loss
+    assert weighted["eval_loss"] == pytest.approx(ours["eval_is/weighted_loss"], rel=1e-6)
+    assert weighted["eval_is/weighted_loss"] == pytest.approx(weighted["eval_loss"], rel=1e-6)
+    for key in ("rewards/margins", "is/weight_mean", "is/ess"):
+        assert ours[f"eval_{key}"] == weighted[f"eval_{key}"]
+
+
+def test_weight_floor_and_eval_options_are_checked(tmp_path):
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="importance_weight_floor=.* must be in \\[0, 1\\]"):
+            ISDPOConfig(**_kwargs(tmp_path), importance_weight_floor=bad)
+    with pytest.raises(TypeError, match="importance_weighted_eval_loss must be True or False"):
+        ISDPOConfig(**_kwargs(tmp_path), importance_weighted_eval_loss="yes")
+    assert ISDPOConfig(**_kwargs(tmp_path), importance_weight_floor=1).importance_weight_floor == 1.0
+
+
 # ---------------------------------------------------------------- bad input: clear errors, no silent fallback
 @pytest.mark.parametrize(
     "values, message",
@@ -486,6 +588,8 @@ def test_config_defaults_are_the_papers():
     args = ISDPOConfig(output_dir="unused", use_cpu=True)
     assert args.importance_sampling is True
     assert args.importance_weight_cap == pytest.approx(math.exp(0.5))
+    # Not the paper's (no lower bound there): 2^-8, and eval_loss is TRL's unweighted one
+    assert args.importance_weight_floor == 2**-8 and args.importance_weighted_eval_loss is False
     assert (
         ISDPOConfig(output_dir="unused", use_cpu=True, importance_weight_cap=float("inf")).importance_weight_cap
         == math.inf

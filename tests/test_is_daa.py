@@ -39,6 +39,41 @@ def test_hand_computed_weights_with_and_without_clip():
     )
 
 
+def test_floor_hand_computed():
+    # log w = [0, ln 4, ln 0.5, -3, -1000, ln 0.01]; C = 2, F = 0.05:
+    #   exp(min(log w, ln 2)) = [1, 2, 0.5, e^-3 ≈ 0.0498, 0 (float32 underflow), 0.01]
+    #   max(·, 0.05)          = [1, 2, 0.5, 0.05, 0.05, 0.05]   (e^-3 = 0.049787 < 0.05: floored)
+    log_weights = torch.log(_t(1.0, 4.0, 0.5)).tolist() + [-3.0, -1000.0, math.log(0.01)]
+    log_weights = _t(*log_weights)
+    assert is_daa_clip(log_weights, 2.0)[4].item() == 0.0  # the authors' weight: exactly 0
+    torch.testing.assert_close(
+        is_daa_clip(log_weights, 2.0, weight_floor=0.05), _t(1.0, 2.0, 0.5, 0.05, 0.05, 0.05), rtol=0, atol=0
+    )
+    stats = is_daa_weight_stats(log_weights, 2.0, weight_floor=0.05)
+    assert stats["weight_mean"].item() == pytest.approx((1 + 2 + 0.5 + 3 * 0.05) / 6, rel=1e-6)
+    assert stats["floored_frac"].item() == pytest.approx(3 / 6)
+    assert stats["clipped_frac"].item() == pytest.approx(1 / 6)
+    # ESS of the floored weights: (Σw)² / (n·Σw²) = 3.65² / (6 · (1 + 4 + 0.25 + 3 · 0.0025)) = 13.3225 / 31.545
+    assert stats["ess"].item() == pytest.approx(13.3225 / 31.545, rel=1e-5)
+    # The same through is_daa_weights: log w = (pc - bc) + (pr - br) = (-9 - -1) + (-2 - -2) = -8 -> e^-8 < 0.01
+    assert is_daa_weights(_t(-9.0), _t(-2.0), _t(-1.0), _t(-2.0), 2.0, weight_floor=0.01).item() == pytest.approx(0.01)
+
+
+def test_floor_zero_is_the_authors_weight_bit_for_bit():
+    log_weights = torch.randn(64) * 30.0  # from e^-90 (and float32 underflow to 0) to e^+90
+    log_weights[:3] = torch.tensor([-200.0, -104.0, math.log(2**-8)])
+    authors = torch.exp(log_weights.clamp(max=math.log(1.5)))  # re-typed: exp(min(log w, 2·eps)), no lower clip
+    assert torch.equal(is_daa_clip(log_weights, 1.5), authors)
+    assert torch.equal(is_daa_clip(log_weights, 1.5, weight_floor=0.0), authors)
+    assert is_daa_weight_stats(log_weights, 1.5)["floored_frac"].item() == 0.0
+    # The floor changes exactly the pairs below it, to exactly F
+    floored = is_daa_clip(log_weights, 1.5, weight_floor=2**-8)
+    below = authors < 2**-8
+    assert below.any() and (~below).any()
+    assert torch.equal(floored[~below], authors[~below]) and floored[below].eq(2**-8).all()
+    assert is_daa_weight_stats(log_weights, 1.5, 2**-8)["floored_frac"].item() == pytest.approx(below.float().mean())
+
+
 def test_weights_are_one_when_policy_equals_behaviour():
     logps = torch.randn(7) - 20.0
     other = torch.randn(7) - 25.0
@@ -100,3 +135,6 @@ def test_bad_inputs():
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="weight_max"):
             is_daa_weights(x, x, x, x, weight_max=bad)
+    for bad in (-0.1, 2.5, float("nan")):  # F in [0, C]
+        with pytest.raises(ValueError, match="weight_floor"):
+            is_daa_clip(x, 2.0, weight_floor=bad)

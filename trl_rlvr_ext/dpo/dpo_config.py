@@ -17,6 +17,10 @@ from ..lora_init.config import LoraInitArguments
 # once sorted. TRL refuses its own per-pair (WPO) weights with them for the same reason.
 IS_INCOMPATIBLE_LOSS_TYPES = ("aot", "aot_unpaired")
 IMPORTANCE_WEIGHT_CAP_DEFAULT = math.exp(0.5)  # the authors' default: min(log w, 2·eps), eps = 0.25
+# Not the authors' (they have no lower bound): bf16's relative precision, 8 significand bits. Next to a pair at weight
+# 1, a pair weighted below 2^-8 is lost in a bf16 sum anyway; the floor keeps every pair at 1/256 of DPO's step at
+# least once the whole batch has left π_D (docs/methods/is_dpo.md, "The floor").
+IMPORTANCE_WEIGHT_FLOOR_DEFAULT = 2.0**-8
 # `behavior_logps_columns` value that makes the reference policy the behaviour policy, whatever columns the data has.
 BEHAVIOR_COLUMNS_REFERENCE = "none"
 
@@ -45,6 +49,18 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
             Upper clip C of the weight, in ratio units (there is no lower clip). The authors' code clips log w at
             2·eps with eps = 0.25 by default (C = e^0.5); their released script uses eps = 1.0 (C = e^2 ≈ 7.389).
             Must be ≥ 1 (w = 1 at the start of training); `inf` disables the clip.
+        importance_weight_floor (`float`, *optional*, defaults to `2^-8 ≈ 0.0039`):
+            Lower bound F of the clipped weight: w = max(exp(min(log w, log C)), F). Not in the paper, whose weight
+            has no lower bound: with π_D = π_ref a large policy move sends every weight to 0 (exactly 0 once
+            exp underflows), and with it the loss and learning. F = 2^-8 is bf16's relative precision: a pair weighted
+            below it next to a pair at weight 1 is lost in a bf16 sum anyway, so the floor binds in earnest only when
+            the whole batch has collapsed, and then keeps every pair at 1/256 of DPO's step. `0` gives the authors'
+            weight exactly. In [0, 1]. `is/floored_frac` logs the share of pairs at the floor.
+        importance_weighted_eval_loss (`bool`, *optional*, defaults to `False`):
+            `False`: `eval_loss` is TRL's DPO loss, unweighted, comparable across runs and with stock DPO (the
+            weights depend on how far the policy has moved, so a weighted eval loss falls as the policy drifts,
+            whatever the fit); the weighted one is logged as `eval_is/weighted_loss`. `True`: `eval_loss` is the
+            weighted loss, as in training. The authors' script computes no eval loss.
         is_weight_max (`float`, *optional*):
             Deprecated name of `importance_weight_cap` (it read like a boolean); still accepted, with a
             `FutureWarning`, and removed in the next release.
@@ -94,6 +110,24 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
             "(eps = 1.0). Must be ≥ 1; `inf` disables the clip."
         },
     )
+    importance_weight_floor: float = field(
+        default=IMPORTANCE_WEIGHT_FLOOR_DEFAULT,
+        metadata={
+            "help": "Lower bound F of the clipped IS-DAA weight: w = max(exp(min(log w, log C)), F). Not in the paper "
+            "(https://huggingface.co/papers/2506.08681), which has no lower bound: with the reference as behaviour "
+            "policy, a large policy move sends every weight, the loss and learning to 0. Default 2^-8 ≈ 0.0039, bf16's "
+            "relative precision (a pair weighted below it beside a pair at weight 1 is lost in a bf16 sum anyway): it "
+            "binds in earnest only once the whole batch has collapsed. 0 gives the authors' weight exactly. In [0, 1]."
+        },
+    )
+    importance_weighted_eval_loss: bool = field(
+        default=False,
+        metadata={
+            "help": "False (default): eval_loss is TRL's unweighted DPO loss, comparable with stock DPO; the "
+            "importance-weighted one is logged as eval_is/weighted_loss. True: eval_loss is the weighted loss, as in "
+            "training. The paper (https://huggingface.co/papers/2506.08681) reports no eval loss."
+        },
+    )
     is_weight_max: float | None = field(
         default=None,
         metadata={"help": "Deprecated: use `importance_weight_cap` (same meaning). Removed in the next release."},
@@ -139,6 +173,7 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
                 "(every weight is 1 at the start of training, so C < 1 only rescales the loss). The paper's values "
                 "are e^0.5 ≈ 1.6487 (default) and e^2 ≈ 7.389; use inf for no clip."
             )
+        self._check_importance_weight_floor()
         self._check_behavior_logps_columns()
         if not self.importance_sampling:
             return
@@ -154,6 +189,19 @@ class ISDPOConfig(LoraInitArguments, DPOConfig):
                 f"importance_sampling=True needs plain sequence log-prob sums, but ld_alpha={self.ld_alpha} makes "
                 "TRL's policy and reference log-probs length-desensitised (LD-DPO). Set ld_alpha=None, or "
                 "importance_sampling=False."
+            )
+
+    def _check_importance_weight_floor(self):
+        if not isinstance(self.importance_weighted_eval_loss, bool):
+            raise TypeError(
+                f"importance_weighted_eval_loss must be True or False, got {self.importance_weighted_eval_loss!r}."
+            )
+        self.importance_weight_floor = float(self.importance_weight_floor)
+        if not 0.0 <= self.importance_weight_floor <= 1.0:  # also rejects NaN
+            raise ValueError(
+                f"importance_weight_floor={self.importance_weight_floor} is the lower bound F of the importance weight "
+                "and must be in [0, 1] (every weight is 1 at the start of training, so F > 1 only rescales the loss). "
+                f"Default {IMPORTANCE_WEIGHT_FLOOR_DEFAULT} (2^-8); 0 gives the authors' weight, with no lower bound."
             )
 
     def _check_behavior_logps_columns(self):

@@ -15,6 +15,7 @@ tests/test_trl_copies.py checks that removing the marked blocks gives back TRL's
 that touches the method fails loudly instead of silently diverging.
 """
 
+import logging
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -33,8 +34,14 @@ from .behavior import (
     check_behavior_values,
     validate_behavior_columns,
 )
-from .dpo_config import BEHAVIOR_COLUMNS_REFERENCE, ISDPOConfig
+from .dpo_config import BEHAVIOR_COLUMNS_REFERENCE, IMPORTANCE_WEIGHT_FLOOR_DEFAULT, ISDPOConfig
 
+
+logger = logging.getLogger(__name__)
+
+# The weights have collapsed when more than half of a batch's pairs weigh less than this before the floor: the policy
+# puts under 1/256 of π_D's probability on most of the data, and (without the floor) those pairs no longer train.
+IMPORTANCE_WEIGHT_COLLAPSE = IMPORTANCE_WEIGHT_FLOOR_DEFAULT
 
 # The behaviour log-prob columns of data prepared for the IS-DAA authors' code (mail-research/AIS-Sampling4DAAs): their
 # trainer reads π_D from these when present. Here they are read only when `behavior_logps_columns` names them.
@@ -80,8 +87,14 @@ class ISDPOTrainer(DPOTrainer):
     `trl_rlvr_ext.dpo.behavior.score_behavior_logps`), and is the reference policy otherwise. Works with an explicit
     `ref_model`, with `precompute_ref_log_probs`, and with PEFT (adapter-disabled or "ref"-adapter reference).
 
+    The weight is floored at `importance_weight_floor` (2^-8 by default; 0 is the authors' weight), and a warning
+    names the cause and the fix the first time the weights of a batch collapse (train and eval, once each). The eval
+    loss is TRL's unweighted DPO loss unless `importance_weighted_eval_loss=True`.
+
     Logged beside TRL's `rewards/*` (over the pairs of all processes): `is/weight_mean`, `is/weight_max`,
-    `is/clipped_frac` (pairs at the cap) and `is/ess` (effective sample size fraction (Σw)²/(n·Σw²)).
+    `is/clipped_frac` (pairs at the cap), `is/floored_frac` (pairs at the floor), `is/ess` (effective sample size
+    fraction (Σw)²/(n·Σw²)) and, during evaluation, `is/weighted_loss` (the importance-weighted DPO loss, without a
+    router aux loss).
 
     The constructor is `DPOTrainer`'s; `args` is an [`ISDPOConfig`] (a plain `trl.DPOConfig` is taken as an
     `ISDPOConfig` with the same fields and IS-DAA at its defaults).
@@ -107,6 +120,10 @@ class ISDPOTrainer(DPOTrainer):
         model, ref_model = resolve_model_argument(model), resolve_model_argument(ref_model)
         # Whether the datasets carry behaviour log-probs, by dataset name; set by `_prepare_dataset` during __init__
         self._behavior_columns: dict[str, bool] = {}
+        # The weighted per-loss-type terms of the current eval batch (eval_loss itself is unweighted by default), and
+        # the modes whose collapse warning has been given
+        self._is_weighted_eval_terms: list[torch.Tensor] = []
+        self._is_collapse_warned: set[str] = set()
         if args.lora_init is not None:  # build + initialise the PeftModel here, so TRL's reference is the original
             from ..lora_init.integration import apply_lora_init_to_trainer_arguments
 
@@ -192,13 +209,57 @@ class ISDPOTrainer(DPOTrainer):
         return super().compute_ref_log_probs(model, inputs)
 
     # ---------------------------------------------------------------- IS-DAA metrics
+    _IS_STATS = ("weight_mean", "weight_max", "clipped_frac", "floored_frac", "ess")
+
     def _log_importance_weights(self, mode: str, log_weights: torch.Tensor) -> None:
-        """Push `is/*` diagnostics of this batch, over the pairs of all processes (as TRL's `rewards/*`)."""
+        """Push `is/*` diagnostics of this batch, over the pairs of all processes (as TRL's `rewards/*`), and warn once
+        per mode when the weights have collapsed."""
         gathered = self.accelerator.gather(log_weights)
-        stats = is_daa_weight_stats(gathered, self.args.importance_weight_cap)
-        values = torch.stack([stats[key] for key in ("weight_mean", "weight_max", "clipped_frac", "ess")]).tolist()
-        for key, value in zip(("weight_mean", "weight_max", "clipped_frac", "ess"), values, strict=True):
+        stats = is_daa_weight_stats(gathered, self.args.importance_weight_cap, self.args.importance_weight_floor)
+        stats["collapsed_frac"] = (
+            (is_daa_clip(gathered, self.args.importance_weight_cap) < IMPORTANCE_WEIGHT_COLLAPSE).float().mean()
+        )
+        keys = [*self._IS_STATS, "collapsed_frac"]
+        if mode == "eval":
+            terms = self._is_weighted_eval_terms
+            weighted = torch.stack(terms).sum() if terms else torch.zeros((), device=gathered.device)
+            stats["weighted_loss"] = self.accelerator.gather(weighted.reshape(1)).mean()
+            keys.append("weighted_loss")
+        values = dict(zip(keys, torch.stack([stats[key].float() for key in keys]).tolist(), strict=True))
+        collapsed_frac = values.pop("collapsed_frac")
+        for key, value in values.items():
             self._metrics[mode][f"is/{key}"].append(value)
+        if collapsed_frac > 0.5 and mode not in self._is_collapse_warned:
+            self._is_collapse_warned.add(mode)
+            self._warn_weights_collapsed(mode, collapsed_frac, values["weight_mean"])
+
+    def _warn_weights_collapsed(self, mode: str, collapsed_frac: float, weight_mean: float) -> None:
+        behaviour = (
+            "the dataset's behaviour log-prob columns"
+            if self._behavior_columns.get("train", False)
+            else "the reference policy, since the data carries no behaviour log-prob columns"
+        )
+        floor = self.args.importance_weight_floor
+        effect = (
+            f"importance_weight_floor={floor:.4g} keeps each of them at {floor:.4g} times DPO's step"
+            if floor > 0
+            else "importance_weight_floor=0, so these pairs contribute (almost) nothing: the loss and learning stop"
+        )
+        logger.warning(
+            "IS-DPO weights collapsed (%s, step %d): %.0f%% of the pairs weigh less than 2^-8 before the floor (mean "
+            "weight %.3g); the policy has moved far from the behaviour policy pi_D, which is %s. %s. Fix: if the "
+            "pairs were not sampled from the reference model, give the behaviour log-probs as the columns %s (`trl-"
+            "rlvr-ext score-behavior --model_name_or_path <model that generated the pairs> ...`, or "
+            "trl_rlvr_ext.dpo.behavior.score_behavior_logps); if they were, the policy has left the data: lower the "
+            "learning rate, raise beta or stop earlier. Watch is/floored_frac and is/weight_mean.",
+            mode,
+            self.state.global_step,
+            100 * collapsed_frac,
+            weight_mean,
+            behaviour,
+            effect,
+            " / ".join(BEHAVIOR_COLUMNS),
+        )
 
     @staticmethod
     def _split_behavior_logps(inputs):
@@ -217,9 +278,11 @@ class ISDPOTrainer(DPOTrainer):
         """``(log w, w)`` per pair, for the marked block of the copy of TRL's `_compute_loss`.
 
         IS-DAA weight (https://huggingface.co/papers/2506.08681): log w = sg[(log π_θ(y_w) − log π_D(y_w)) +
-        (log π_θ(y_l) − log π_D(y_l))] on sequence sums (ld_alpha is rejected by the config), w = exp(min(log w,
-        log C)). π_D: the dataset's behaviour columns, else the reference, whose log-probs TRL has just computed or
-        read from the precomputed columns (no extra forward pass)."""
+        (log π_θ(y_l) − log π_D(y_l))] on sequence sums (ld_alpha is rejected by the config), w = max(exp(min(log w,
+        log C)), F), F = `importance_weight_floor` (0: the authors' weight). π_D: the dataset's behaviour columns, else
+        the reference, whose log-probs TRL has just computed or read from the precomputed columns (no extra forward
+        pass)."""
+        self._is_weighted_eval_terms = []  # a new batch
         if behavior_logps is None:
             behavior_chosen_logps, behavior_rejected_logps = ref_chosen_logps, ref_rejected_logps
         else:
@@ -227,7 +290,19 @@ class ISDPOTrainer(DPOTrainer):
         is_log_weights = is_daa_log_weights(
             chosen_logps, rejected_logps, behavior_chosen_logps, behavior_rejected_logps
         )
-        return is_log_weights, is_daa_clip(is_log_weights, self.args.importance_weight_cap)
+        weights = is_daa_clip(is_log_weights, self.args.importance_weight_cap, self.args.importance_weight_floor)
+        return is_log_weights, weights
+
+    def _is_daa_weight_loss(self, mode, per_sequence_loss, is_weights, loss_weight):
+        """The per-pair loss of one `loss_type` that TRL averages: w · ℓ(pair), w detached (the IS-DAA loss).
+
+        In evaluation, unless `importance_weighted_eval_loss`, ℓ(pair) unweighted, so that `eval_loss` is TRL's DPO
+        loss; the weighted term is kept for `is/weighted_loss` either way."""
+        weighted = per_sequence_loss * is_weights
+        if mode == "train":
+            return weighted
+        self._is_weighted_eval_terms.append(weighted.detach().mean() * loss_weight)
+        return weighted if self.args.importance_weighted_eval_loss else per_sequence_loss
 
     # ---------------------------------------------------------------- the loss: TRL's, with the IS-DAA blocks
     def _compute_loss(self, model, inputs, return_outputs):

@@ -13,6 +13,10 @@ h is the spacing of the history steps (1 in the authors' trajectories, which hol
 this one with h = 1). `scaling` maps a target label to the fit axis: the authors' script infers 2.0 for
 Qwen2.5-Math-1.5B (see `AUTHORS_STEP_SCALING`); here it is always an explicit argument.
 
+Only the linear fit, made once, is built. The authors' script also fits a polynomial (``--fit_method polynomial``), a
+sinusoid (``sin_fft``) and re-fits autoregressively (``--future_extrapolation_window``): none of these is built here
+(docs/methods/relex.md says what each does).
+
 Every tensor is treated alone: no cross-tensor or per-layer coupling. The Gram is float32 (the authors' float32
 arrays), its eigendecomposition float64 (numpy's ``eigh`` computes a float32 input in float64), the fit float64.
 """

@@ -10,9 +10,10 @@ trl-rlvr-ext dpo --config toy_isdpo --model_name_or_path ./tiny --max_steps 5
 ```
 
 The YAML is flat: keys of TRL's `ScriptArguments`, `ModelConfig`, `DatasetMixtureConfig` and of `ISDPOConfig`
-(every `DPOConfig` field plus `importance_sampling`, `importance_weight_cap`). ``dataset_name: toy:preference`` builds the
-offline arithmetic preference dataset of `trl_rlvr_ext.toy.preference`, ``model_name_or_path: toy:tiny`` a tiny
-random model (no hub access); local files (.json/.jsonl/.csv/.parquet) and `save_to_disk` directories load too.
+(every `DPOConfig` field plus `importance_sampling`, `importance_weight_cap`, `importance_weight_floor`, ...).
+``dataset_name: toy:preference`` builds the offline arithmetic preference dataset of `trl_rlvr_ext.toy.preference`,
+``model_name_or_path: toy:tiny`` a tiny random model (no hub access); local files (.json/.jsonl/.csv/.parquet) and
+`save_to_disk` directories load too.
 """
 
 import sys

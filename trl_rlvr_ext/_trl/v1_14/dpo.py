@@ -322,7 +322,7 @@ class DPOTrainerCopy:
                 per_sequence_loss *= chosen_weights * rejected_weights
 
             # --- IS-DAA begin
-            per_sequence_loss = per_sequence_loss * is_weights  # w · ℓ(pair), w detached
+            per_sequence_loss = self._is_daa_weight_loss(mode, per_sequence_loss, is_weights, loss_weight)
             # --- IS-DAA end
             loss += per_sequence_loss.mean() * loss_weight
 
