@@ -163,9 +163,12 @@ def test_is_dpo_tasks_are_the_self_studys_with_the_same_cached_bases(monkeypatch
     assert is_dpo.default_arms(None) == list(ARMS) and list(is_dpo.arms)[:5] == list(ARMS)
     assert is_dpo.default_arms("dense") == [*ARMS, "dpo_b0.01_lr1e-5", "dpo_b0.01_es"]
     for name in ARMS[1:]:
+        # the IS-DPO arms pin the authors' weight (no floor), which every recorded run used
+        floor = {"importance_weight_floor": 0.0} if name.startswith("is") else {}
         assert is_dpo.arms[name].config == {
             "beta": float(name.split("_b")[1]),
             "importance_sampling": name.startswith("is"),
+            **floor,
         }
         assert is_dpo.arms[name].settings == ()
     dpo = {"beta": 0.01, "importance_sampling": False}

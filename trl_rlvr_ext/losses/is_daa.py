@@ -108,7 +108,7 @@ def is_daa_weights(
             released script). ``float("inf")`` disables the clip.
         weight_floor (`float`, *optional*, defaults to `0.0`):
             Lower bound F of the clipped weight, in [0, weight_max]. 0 is the authors' weight (no lower bound);
-            `ISDPOConfig.is_weight_floor` defaults to 2^-8.
+            `ISDPOConfig.importance_weight_floor` defaults to 2^-8.
 
     The weights carry no gradient: they scale the gradient of the per-pair loss, they are not differentiated.
 

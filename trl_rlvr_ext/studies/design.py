@@ -149,6 +149,11 @@ QUICK = StudySizes(
 
 EVALUATE_PRECISIONS = ("trainer", "fp32")
 
+# The decomposition each LoRA initialiser used in every recorded study run: the package's defaults until 2026-12-06,
+# when the defaults became the authors' exact SVD (`solver="full"`). The studies' arms pin these, so that a rerun of a
+# declared design runs what its records ran (`lora_init_kwargs={"solver": ...}`).
+RECORDED_LORA_SOLVERS = {"rlpo": "randomized", "rlmo": "gram", "pissa": "full", "milora": "gram"}
+
 
 @dataclasses.dataclass(frozen=True)
 class Setting:

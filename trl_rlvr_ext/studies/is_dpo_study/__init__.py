@@ -132,7 +132,11 @@ def make_study() -> Study:
     arms = {"base": Arm("base", train=False)}
     for beta in (0.01, 0.1):
         arms[f"dpo_b{beta}"] = Arm(f"dpo_b{beta}", config={"beta": beta, "importance_sampling": False})
-        arms[f"isdpo_b{beta}"] = Arm(f"isdpo_b{beta}", config={"beta": beta, "importance_sampling": True})
+        # The authors' weight, no floor: the design was declared and run before `importance_weight_floor` existed
+        # (its default 2^-8 would change a rerun), so its arms pin the weight they ran with
+        arms[f"isdpo_b{beta}"] = Arm(
+            f"isdpo_b{beta}", config={"beta": beta, "importance_sampling": True, "importance_weight_floor": 0.0}
+        )
     # the dense setting's better-tuned DPO baselines (only there: the defaults keep the records' five arms)
     dpo = {"beta": 0.01, "importance_sampling": False}
     arms["dpo_b0.01_lr1e-5"] = Arm("dpo_b0.01_lr1e-5", config={**dpo, "learning_rate": 1e-5}, settings=_DENSE)

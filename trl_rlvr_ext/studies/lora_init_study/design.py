@@ -2,7 +2,7 @@
 settings (sweep on validation problems, then confirmation on fresh seeds) and the arm names.
 """
 
-from ..design import Arm, Setting, StudySizes
+from ..design import RECORDED_LORA_SOLVERS, Arm, Setting, StudySizes
 from ..verdicts import Claim
 
 
@@ -245,5 +245,6 @@ def make_arm(method: str, rate: str) -> Arm:
     if method == "full":
         return Arm(arm_name(method, rate), config=config)
     if method != "lora":  # "lora": PEFT's default init (lora_init unset)
-        config |= {"lora_init": method, "lora_init_kwargs": {"show_progress": False}}
+        solver = RECORDED_LORA_SOLVERS[method]
+        config |= {"lora_init": method, "lora_init_kwargs": {"show_progress": False, "solver": solver}}
     return Arm(arm_name(method, rate), config=config, peft=dict(LORA_SETTINGS))

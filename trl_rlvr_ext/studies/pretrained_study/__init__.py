@@ -18,7 +18,7 @@ Run it with two one-thread processes side by side (the default of ``trl-rlvr-ext
 """
 
 from ..budgets import prompts_trained, updates_made
-from ..design import Arm, Column, Extrapolation, Study, log_column
+from ..design import RECORDED_LORA_SOLVERS, Arm, Column, Extrapolation, Study, log_column
 from ..tasks import number_gold as gold_completion  # noqa: F401  (re-exported: the study's names)
 from ..tasks import real_model_base as base_model  # noqa: F401  (re-exported: the study's names)
 from ..tasks import real_model_task
@@ -65,7 +65,8 @@ def run_one(study, task, arm, seed, out_dir, sizes, quick, command, **where) -> 
 def make_study() -> Study:
     arms = {"base": Arm("base", train=False), "lora": Arm("lora", peft=dict(LORA_SETTINGS))}
     for method in LORA_INITS:
-        arms[method] = Arm(method, config={"lora_init": method}, peft=dict(LORA_SETTINGS))
+        solver = {"solver": RECORDED_LORA_SOLVERS[method]}
+        arms[method] = Arm(method, config={"lora_init": method, "lora_init_kwargs": solver}, peft=dict(LORA_SETTINGS))
     for name, options in {**RULES, **NEXT_METHODS}.items():
         arms[name] = Arm(name, config=dict(options), peft=dict(LORA_SETTINGS))
     # (f) stock GRPO + LoRA for the history's steps, its trajectory recorded every step, and RELEX's extrapolation
