@@ -1,5 +1,5 @@
 """ACPO's variance-adaptive clip (trl_rlvr_ext.losses.acpo_clip_bounds): hand-computed bins, and a line-by-line
-re-implementation of the authors' `compute_variance_adaptive_cliprange` (Control-derek/ACPO,
+re-implementation of the authors' `compute_variance_adaptive_cliprange` (Control-derek/ACPO@cfcd73d,
 verl/trainer/ppo/core_algos.py) as the reference. Also: per-token clip widths in the NSR objective."""
 
 import math

@@ -1,5 +1,6 @@
 """DelTA's token weights (trl_rlvr_ext.losses.delta_token_weights): hand-computed values, and agreement with a
-step-by-step re-implementation of the authors' `compute_log_prob_h` ("Normal") written below."""
+step-by-step re-implementation of the authors' `compute_log_prob_h` ("Normal") written below (RUCBM/DelTA@cf048bd,
+verl-DelTA/verl/workers/actor/dp_actor.py, `DataParallelPPOActor.compute_log_prob_h`)."""
 
 import math
 

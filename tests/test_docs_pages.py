@@ -57,6 +57,7 @@ PAGE_TESTS = {
     "evidence/real_model_demo.md": "test_demo_pretrained.py::test_render_reproduces_the_committed_page",
     "tutorials/real_model.md": "test_docs_real_model.py::test_real_model_tutorial_runs",
     "reference/metrics.md": "no code blocks",
+    "reference/fidelity.md": "no code blocks",
     "reference/reliability.md": "test_rewards_docs.py::test_reliability_page_runs",
     "methods/dynamic_sampling.md": "test_docs_dynamic_sampling.py::test_dynamic_sampling_method_page_config_example",
     "tutorials/dynamic_sampling.md": "test_docs_dynamic_sampling.py::test_dynamic_sampling_tutorial_runs_as_printed",
@@ -91,6 +92,44 @@ def test_every_page_is_run():
         elif "::" in where:
             module, name = where.split("::")
             assert f"def {name}(" in (Path(__file__).parent / module).read_text(), where
+
+
+# The fidelity table: one row per method this package ships, and the method page that describes it (None: no page).
+FIDELITY_ROWS = {
+    "nsr": "methods/nsr.md",
+    "acpo": "methods/acpo.md",
+    "delta": "methods/delta.md",
+    "rsi": "methods/rsi.md",
+    "popo": "methods/popo.md",
+    "poise": "methods/poise.md",
+    "relex": "methods/relex.md",
+    "is-daa": "methods/is_dpo.md",
+    "rlpo": "methods/lora_init.md",
+    "rlmo": "methods/lora_init.md",
+    "pissa": "methods/lora_init.md",
+    "milora": "methods/lora_init.md",
+    "self": "methods/self_curation.md",
+    "pass-rate": "methods/pass_rate_curation.md",
+    "dynamic-sampling": "methods/dynamic_sampling.md",
+    "pass-at-k": None,
+}
+
+
+def test_fidelity_table_has_one_row_per_method_and_every_method_page_links_to_it():
+    text = (DOCS / "reference" / "fidelity.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| <span id=")]
+    assert len(rows) == len([line for line in text.splitlines() if line.startswith("|")]) - 2  # header, rule
+    anchors = [re.match(r'\| <span id="([^"]+)"></span>', row)[1] for row in rows]
+    assert anchors == list(FIDELITY_ROWS), "one row per method, in this order"
+    for anchor, row in zip(anchors, rows):
+        cells = row.strip("|").split(" | ")
+        assert len(cells) == 4 and all(cell.strip() for cell in cells), f"{anchor}: four filled columns"
+        page = FIDELITY_ROWS[anchor]
+        if page is not None:
+            assert f"](../{page})" in cells[0], f"the {anchor} row links its method page"
+            assert f"../reference/fidelity.md#{anchor}" in (DOCS / page).read_text(), f"{page} links its row"
+    method_pages = sorted(str(p.relative_to(DOCS)) for p in (DOCS / "methods").glob("*.md"))
+    assert method_pages == sorted({p for p in FIDELITY_ROWS.values() if p}), "a new method page needs its row"
 
 
 @pytest.mark.parametrize("page", [p for p in _present(PAGE_TESTS) if p != "installation.md"])

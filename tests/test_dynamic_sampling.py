@@ -1,7 +1,9 @@
 """Dynamic sampling: the trainer-free rule (exact values) and the trainer adapter on the tiny model."""
 
 import math
+from collections import defaultdict
 
+import numpy as np
 import pytest
 import torch
 from datasets import Dataset
@@ -39,6 +41,37 @@ def test_group_reward_std_hand_values():
 def test_group_reward_std_rejects_ragged_groups():
     with pytest.raises(ValueError, match="groups of 4"):
         group_reward_std(torch.zeros(6), 4)
+
+
+# Re-typed from volcengine/verl@53971be, recipe/dapo/dapo_ray_trainer.py, `RayDAPOTrainer.fit` (the
+# `algorithm.filter_groups` block, DAPO's released code): the metric values grouped by prompt uid, numpy's std of
+# each group, a group kept when that std is > 0 or it holds one trajectory.
+def verl_kept_uids(uids, metric_values):
+    prompt_uid2metric_vals = defaultdict(list)
+    for uid, value in zip(uids, metric_values):
+        prompt_uid2metric_vals[uid].append(value)
+    return [uid for uid, vals in prompt_uid2metric_vals.items() if np.std(vals) > 0 or len(vals) == 1]
+
+
+@pytest.mark.parametrize("num_generations", [2, 4, 16])
+def test_informative_groups_equal_verls_dapo_filter(num_generations):
+    g = torch.Generator().manual_seed(num_generations)
+    p_correct = torch.tensor([0.0, 1.0, 0.5, 0.9])[torch.randint(0, 4, (64,), generator=g)]
+    binary = torch.bernoulli(p_correct.repeat_interleave(num_generations), generator=g).double()
+    uids = torch.arange(64).repeat_interleave(num_generations).tolist()
+    for rewards in (binary, 0.75 * binary + 0.125):  # correctness, and a shaped reward (exact binary fractions)
+        kept = verl_kept_uids(uids, rewards.tolist())
+        assert 0 < len(kept) < 64  # both outcomes occur
+        assert informative_groups(rewards, num_generations).nonzero().flatten().tolist() == kept
+
+
+def test_departures_from_verls_dapo_filter():
+    # A constant group of 0.1s: numpy's std is 1.4e-17 (round-off) and verl keeps it; ours is exactly 0, dropped
+    assert verl_kept_uids([0, 0, 0], [0.1, 0.1, 0.1]) == [0]
+    assert informative_groups(torch.tensor([0.1, 0.1, 0.1]), 3).tolist() == [False]
+    # An unscorable (NaN) reward: numpy's std is NaN and verl drops the group; ours leaves the NaN out
+    assert verl_kept_uids([0] * 4, [1.0, math.nan, 0.0, math.nan]) == []
+    assert informative_groups(torch.tensor([1.0, math.nan, 0.0, math.nan]), 4).tolist() == [True]
 
 
 def test_selector_keeps_each_process_share_in_generation_order():

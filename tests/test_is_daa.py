@@ -62,7 +62,9 @@ def test_floor_hand_computed():
 def test_floor_zero_is_the_authors_weight_bit_for_bit():
     log_weights = torch.randn(64) * 30.0  # from e^-90 (and float32 underflow to 0) to e^+90
     log_weights[:3] = torch.tensor([-200.0, -104.0, math.log(2**-8)])
-    authors = torch.exp(log_weights.clamp(max=math.log(1.5)))  # re-typed: exp(min(log w, 2·eps)), no lower clip
+    # Re-typed from mail-research/AIS-Sampling4DAAs@34029a0, cli/train_is_dpo.py (the training loop's importance
+    # ratio): exp(min(log w, 2·eps)), no lower clip; here 2·eps = log(1.5)
+    authors = torch.exp(log_weights.clamp(max=math.log(1.5)))
     assert torch.equal(is_daa_clip(log_weights, 1.5), authors)
     assert torch.equal(is_daa_clip(log_weights, 1.5, weight_floor=0.0), authors)
     assert is_daa_weight_stats(log_weights, 1.5)["floored_frac"].item() == 0.0

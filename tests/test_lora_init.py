@@ -322,6 +322,24 @@ def test_default_milora_pissa_equal_reference_code(method, alpha, reference, oth
     assert principal_angle_error(one_layer_init(SLOW, method, 16, alpha, solver=other)[0], ref_A) > apart
 
 
+# Re-typed from MiLoRA's own authors, deondou/reproduce_lora@211f71c, svd_init.py: `initialize_lora_layer` (mode "min";
+# it sets lora_alpha = rank inside, so its scaling is 1 and `S_select /= scaling` changes nothing) and the base update
+# `base_layer.weight.data -= delta` of `svd_tailor_and_save` (their scripts set lora_alpha = svd_rank).
+def milora_authors_layer(weights, rank):
+    U, S, V = torch.linalg.svd(weights, full_matrices=False)
+    S_sqrt = torch.sqrt(S[-rank:] / 1.0)
+    B, A = U[:, -rank:] @ torch.diag(S_sqrt), torch.diag(S_sqrt) @ V[-rank:, :]
+    return A, B, weights - 1.0 * B @ A
+
+
+def test_default_milora_equals_the_milora_authors_code():
+    A, B, base = one_layer_init(SLOW, "milora", 16, 16)
+    ref_A, ref_B, ref_base = milora_authors_layer(SLOW.float(), 16)
+    torch.testing.assert_close(A, ref_A, atol=1e-7, rtol=0)
+    torch.testing.assert_close(B, ref_B, atol=1e-7, rtol=0)
+    torch.testing.assert_close(base, ref_base, atol=1e-6, rtol=0)
+
+
 def test_milora_departs_from_authors_code_at_scale_two():
     # At γ = α/r ≠ 1 (r = 16, α = 32) ours divides σ by γ (as PEFT's PiSSA), so γ·B₀A₀ is the minor part of W and the
     # base is W minus it; theirs keeps √σ, so the base is W − γ·(minor part). Same output at init.

@@ -56,6 +56,35 @@ def test_closed_forms():
     assert pass_at_k(20, 4, 5) == pytest.approx(1 - math.comb(16, 5) / math.comb(20, 5), rel=1e-14)
 
 
+# Re-typed from openai/human-eval@6d43fb9, human_eval/evaluation.py, `estimate_pass_at_k` (the numpy snippet of Chen
+# et al. 2021): per problem, 1.0 when n - c < k, else 1 - prod(1 - k / arange(n - c + 1, n + 1)).
+def human_eval_estimate_pass_at_k(num_samples, num_correct, k):
+    def estimator(n, c, k):
+        if n - c < k:
+            return 1.0
+        return 1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1))
+
+    if isinstance(num_samples, int):
+        num_samples = [num_samples] * len(num_correct)
+    assert len(num_samples) == len(num_correct)
+    return np.array([estimator(int(n), int(c), k) for n, c in zip(num_samples, num_correct)])
+
+
+def test_equals_human_evals_estimator():
+    rng = np.random.default_rng(0)
+    n = rng.integers(1, 400, size=600)
+    c = rng.integers(0, n + 1)
+    for k in [1, 2, 3, 10, 64, 256]:
+        has_k = n >= k  # theirs answers k > n too; ours refuses it (below)
+        ours = pass_at_k(n[has_k], c[has_k], k)
+        np.testing.assert_array_equal(ours, human_eval_estimate_pass_at_k(n[has_k], c[has_k], k))  # to the bit
+    np.testing.assert_array_equal(pass_at_k(50, c[:20] % 51, 7), human_eval_estimate_pass_at_k(50, c[:20] % 51, 7))
+    # The departure: with k > n theirs returns 1.0 (n - c < k holds), even for a problem with no correct sample
+    assert human_eval_estimate_pass_at_k([4], [0], 5).tolist() == [1.0]
+    with pytest.raises(ValueError, match="undefined"):
+        pass_at_k(4, 0, 5)
+
+
 def test_k_larger_than_n_is_an_error_not_one():
     with pytest.raises(ValueError, match="undefined"):
         pass_at_k(4, 4, 5)

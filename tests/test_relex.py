@@ -1,5 +1,5 @@
 """RELEX's maths (trl_rlvr_ext.extrapolation.relex): hand-computed subspaces and fits, and a numpy re-implementation
-of the authors' functions (weizhepei/RELEX scripts/svd_extrapolation.py: `compute_svd`, `fit_linear` and the
+of the authors' functions (weizhepei/RELEX@e4548ba scripts/svd_extrapolation.py: `compute_svd`, `fit_linear` and the
 extrapolate / reconstruct / fit_reconstruct branches of `main`) as the reference."""
 
 import math
