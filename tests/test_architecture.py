@@ -29,15 +29,16 @@ FLOORS = [
     ("evaluation",),  # pass@k, evaluator, callbacks
     ("curation",),  # samplers, state, online controller, offline scoring
     ("grpo", "dpo"),  # configs and trainers
-    ("studies",),  # the evidence runner (arms x seeds -> tables, plots) and its warm-started bases
+    ("studies", "testing"),  # the evidence runner (arms x seeds -> tables, plots) and its warm-started bases; the
+    # method authors' test kit
     ("__init__",),  # the public API
     ("scripts",),  # every command line
     ("cli",),  # dispatch only
 ]
 FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
-# The embedded default is reached through the data resolver (`toy:` names), the studies and the command lines, never
-# directly by evaluation, curation or the trainers.
-ONLY_IMPORTED_BY = {"toy": {"data", "studies", "scripts"}}
+# The embedded default is reached through the data resolver (`toy:` names), the studies, the command lines and the
+# method authors' test kit (its tiny model), never directly by evaluation, curation or the trainers.
+ONLY_IMPORTED_BY = {"toy": {"data", "studies", "scripts", "testing"}}
 
 
 def _unit(module: str) -> str:
