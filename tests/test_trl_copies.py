@@ -5,15 +5,31 @@
   `inspect.getsource` of both is compared as is.
 - The blocks are the same code in every version's copy, and the re-apply tool rebuilds the committed copies.
 - The signatures of every TRL / transformers method the package overrides are pinned (`EXPECTED_SIGNATURES`).
+- Every private attribute the package touches and every object it patches at run time is declared
+  (tests/trl_contract.py) and still there in the installed TRL; a new, undeclared private access fails the scan.
 """
 
 import inspect
+import re
 from pathlib import Path
 
 import pytest
 import trl
 from trl import DPOTrainer, GRPOTrainer
-from trl_contract import overrides, parameters
+from trl_contract import (
+    OWN_NAMES_SHARED_WITH_UPSTREAM,
+    PRIVATE_ATTRIBUTES,
+    PUBLIC_UNDERSCORED,
+    RUNTIME_PATCHES,
+    class_uses,
+    load,
+    module_and_class_patches,
+    overrides,
+    package_defined_names,
+    parameters,
+    private_accesses,
+    upstream_private_names,
+)
 
 from trl_rlvr_ext import _trl
 from trl_rlvr_ext._trl import TRL_COPIES, copies_package, load_copy, trl_minor
@@ -307,6 +323,71 @@ def test_overrides_accept_the_calls_trl_makes(name):
     """Our override takes TRL's parameters in TRL's order (the rest through *args / **kwargs)."""
     ours, upstream = overrides()[name]
     assert _call_problems(ours, upstream) == []
+
+
+# ---------------------------------------------------------------- private attributes and runtime patches
+@pytest.mark.parametrize("name", sorted(PRIVATE_ATTRIBUTES))
+def test_declared_private_attribute_still_exists(name):
+    owners, use = PRIVATE_ATTRIBUTES[name]
+    for owner in owners:
+        assert class_uses(load(owner), name), (
+            f"{owner} no longer has {name} (the package uses it: {use}). The installed TRL / library changed an internal "
+            "the package relies on: read its new code, adapt the package, then update PRIVATE_ATTRIBUTES "
+            "(tests/trl_contract.py)."
+        )
+
+
+def test_every_private_access_of_the_package_is_declared():
+    """A ``x._name`` (or ``getattr(x, "_name")``) anywhere in the package (wherever its modules move) touches either a
+    name the package defines for itself or a declared contact: a new contact with TRL's internals fails here."""
+    overridden = {key.rsplit(".", 1)[1] for key in EXPECTED_SIGNATURES}
+    own = package_defined_names(COPIES_DIR.parent) - upstream_private_names()
+    allowed = (
+        own | overridden | set(PRIVATE_ATTRIBUTES) | set(PUBLIC_UNDERSCORED) | set(OWN_NAMES_SHARED_WITH_UPSTREAM)
+    )
+    undeclared = {
+        name: where[:3] for name, where in private_accesses(COPIES_DIR.parent).items() if name not in allowed
+    }
+    assert not undeclared, (
+        f"Private attributes of other libraries' objects the package touches without declaring them: {undeclared}. "
+        "Use a public API, or declare each in PRIVATE_ATTRIBUTES (tests/trl_contract.py) with its owner class (or, for "
+        "a name of the package's own that TRL also uses, in OWN_NAMES_SHARED_WITH_UPSTREAM)."
+    )
+
+
+def test_declared_names_are_still_used_by_the_package():
+    """No stale declaration: each declared name is still touched somewhere in the package."""
+    used = set(private_accesses(COPIES_DIR.parent))
+    stale = sorted(set(PRIVATE_ATTRIBUTES) - used) + sorted(set(OWN_NAMES_SHARED_WITH_UPSTREAM) - used)
+    assert not stale, f"Declared in tests/trl_contract.py but no longer used by the package: {stale}"
+
+
+def test_every_patch_of_an_imported_trl_object_is_declared():
+    """An assignment to an attribute of a TRL / transformers / vLLM module or class the file imports is a runtime
+    patch: each must be in RUNTIME_PATCHES (patches of instances are declared there by hand)."""
+    declared = {(target, attribute) for target, attribute, *_ in RUNTIME_PATCHES}
+    found = module_and_class_patches(COPIES_DIR.parent)
+    assert {(target, attribute) for target, attribute, _ in found} & declared, "the scan finds no declared patch"
+    undeclared = [
+        f"{where}: {target}.{attribute}" for target, attribute, where in found if (target, attribute) not in declared
+    ]
+    assert not undeclared, (
+        f"Runtime patches of TRL objects not declared in RUNTIME_PATCHES (tests/trl_contract.py): {undeclared}"
+    )
+
+
+@pytest.mark.parametrize("target, attribute, kind, caller, call", RUNTIME_PATCHES, ids=lambda v: str(v)[:40])
+def test_patched_object_still_has_the_attribute_and_trl_still_calls_it(target, attribute, kind, caller, call):
+    """Each runtime patch replaces something TRL still has, and TRL still reaches it where the patch expects."""
+    obj = load(target)
+    if inspect.ismodule(obj):  # a module attribute may be bound only with the optional dependency (vLLM): its import
+        assert re.search(rf"\bimport\b[^\n]*\b{attribute}\b", inspect.getsource(obj)), (target, attribute)
+    else:
+        assert class_uses(obj, attribute), f"{target} has no {attribute} any more ({kind})"
+    assert call in inspect.getsource(load(caller)), (
+        f"{caller} no longer calls {call!r}: the patch of {target}.{attribute} ({kind}) would not take effect. Read the "
+        "new TRL code and adapt the patch, then RUNTIME_PATCHES (tests/trl_contract.py)."
+    )
 
 
 def test_curation_patches_the_generate_trl_calls():
