@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import trl_rlvr_ext
+from trl_rlvr_ext.sampling.backends import TrainerVLLMBackend
 
 
 UPSTREAM_PREFIXES = ("trl.", "transformers.")
@@ -165,15 +166,7 @@ RUNTIME_PATCHES = [
             "trl.generation.vllm_generation:VLLMGeneration",
             f"self.{name}",
         )
-        for name in (
-            "temperature",
-            "top_p",
-            "top_k",
-            "min_p",
-            "repetition_penalty",
-            "max_completion_length",
-            "generation_kwargs",
-        )
+        for name in TrainerVLLMBackend._SAMPLING_ATTRIBUTES
     ),
 ]
 
