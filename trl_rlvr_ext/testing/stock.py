@@ -58,6 +58,8 @@ def log_differences(stock: list[dict], ours: list[dict], extra_metrics=()) -> li
     """How two log histories differ, timing values aside; ``ours`` may add metrics named ``extra_metrics`` prefixes."""
     if len(stock) != len(ours):
         return [f"{len(ours)} log entries instead of stock's {len(stock)}"]
+    if not any("loss" in log for log in stock):
+        return ["stock TRL logged no training step (logging_steps): the comparison is void"]
     found = []
     for index, (a, b) in enumerate(zip(stock, ours)):
         where = f"step {a.get('step', index)}"
