@@ -1,7 +1,9 @@
 """DeepSpeed ZeRO-2, ZeRO-3 and FSDP2 for real: 2 CPU processes (gloo), launched with the package's own configs.
 
 One ``accelerate launch`` per mode runs every case in the same two processes (tests/sharding/harness.py) and writes
-a JSON per rank; the tests below only read them. Launches are shared by all tests (and all xdist workers: a file
+a JSON per rank; the tests below only read them. The main launch also runs the cases of `KIT_CASES` the way the
+method authors' kit runs a user's (`trl_rlvr_ext.testing.distributed`), and `assert_sharded_equal` checks them through
+the harness's launches (`Launches.kit`), so the kit's checks add no launch. Launches are shared by all tests (and all xdist workers: a file
 lock makes the first one run it) and start only when a test needs that mode:
 
     ddp    multi_gpu.yaml          main (cases, then a run killed with SIGKILL in step 3), resume

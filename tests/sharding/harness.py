@@ -10,7 +10,10 @@ Launched by tests/test_sharding.py with the package's own accelerate configs, e.
 Modes: ``ddp`` (multi_gpu.yaml), ``zero2``, ``zero3``, ``fsdp2``. Phases: ``main`` (every case, then a run that
 kills both processes with SIGKILL in step 3, after the step-2 checkpoint is written) and ``resume``
 (the killed run resumed from that checkpoint). Each rank writes ``<out_dir>/<phase>_rank<k>.json`` after every case,
-and rank 0 writes ``lora_<trainer>_<method>.pt`` (the initialised LoRA factors and base weights, gathered).
+and rank 0 writes ``lora_<trainer>_<method>.pt`` (the initialised LoRA factors and base weights, gathered). With
+``TRL_RLVR_EXT_KIT_CASES`` set, the main phase then runs the method authors' kit cases of that JSON
+(`trl_rlvr_ext.testing.distributed.run_cases`, records in ``kit_rank<k>.json``). The evidence each case records
+(parameters in full, their digest, how they were sharded) is the kit's.
 
 Test-harness device, not package behaviour (docs/design/CPU_STACK.md section 4): on CPU accelerate silently runs an
 FSDP config as DDP, so for ``fsdp2`` the distributed type is relabelled MULTI_GPU right after each config is built;
