@@ -17,7 +17,6 @@ into ``TORCH_EXTENSIONS_DIR`` (default here ``~/.cache/trl_rlvr_ext/torch_extens
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,10 +29,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "trl_rlvr_ext" / "recipes" / "accelerate_configs"
+sys.path.insert(0, str(ROOT))
+# The 2-process launch with the package's accelerate configs, as the method authors' kit and the tests launch it
+from trl_rlvr_ext.testing.sharded import accelerate_command  # noqa: E402
+
+
 MODES = {"ddp": "multi_gpu.yaml", "zero3": "deepspeed_zero3.yaml", "fsdp2": "fsdp2.yaml"}
-# Where DeepSpeed's JIT-built `deepspeed_shm_comm` is cached between runs (80-150 s to build on 2 cores)
-TORCH_EXTENSIONS_DEFAULT = str(Path.home() / ".cache" / "trl_rlvr_ext" / "torch_extensions")
 
 
 def reward(completions, **kwargs):
@@ -92,25 +93,6 @@ def worker(mode: str, model_path: str, steps: int, arm: str, out: str) -> None:
             json.dump({"times": timer.times, "wrapped": kind, "threads": torch.get_num_threads()}, f)
     sys.stdout.flush()
     os._exit(0)  # CPU_STACK 5: gloo DDP sometimes crashes at interpreter exit
-
-
-def accelerate_command(config: str, script: str, *script_args: str) -> tuple[list[str], dict]:
-    """The 2-process launch of ``script`` with one of the package's accelerate configs, on a free port, and its
-    environment (the tests of tests/test_sharding.py launch this way too)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    accelerate = Path(sys.executable).with_name("accelerate")
-    options = ["--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(port)]
-    cmd = [str(accelerate), "launch", "--config_file", str(CONFIGS / config), *options, script, *script_args]
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-        "HF_HUB_OFFLINE": "1",
-        "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR") or TORCH_EXTENSIONS_DEFAULT,
-        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-    }
-    return cmd, env
 
 
 def launch(mode: str, model_path: str, steps: int, arm: str, out: str) -> dict:

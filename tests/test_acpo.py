@@ -14,6 +14,7 @@ from trl_rlvr_ext.losses import (
     clip_recovery_objective,
     ppo_clipped_objective,
 )
+from trl_rlvr_ext.testing import assert_matches_reference
 
 
 def authors_reference(current_probs, ratio, response_mask, alpha, base, clip_min, clip_max, num_bins=5):
@@ -125,11 +126,9 @@ def _random_batch(seed, shape=(6, 40), spread=0.3, dtype=torch.float32):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_equals_the_authors_procedure(settings, seed):
     probs, ratio, mask = _random_batch(seed, spread=0.05 + 0.3 * seed)
-    low, high = acpo_clip_bounds(probs, ratio, mask, **settings)
-    ref_low, ref_high = _reference(probs, ratio, mask, **settings)
     # the same bins exactly; the widths to float32 rounding (moments in float64 vs the authors' float32 torch.var)
-    torch.testing.assert_close(low, ref_low, rtol=0, atol=2e-6)
-    torch.testing.assert_close(high, ref_high, rtol=0, atol=2e-6)
+    assert_matches_reference(acpo_clip_bounds, _reference, [((probs, ratio, mask), settings)], atol=2e-6, rtol=0)
+    ref_low, _ = _reference(probs, ratio, mask, **settings)
     bins = acpo_bins(probs, ratio, mask, **settings)
     for k in range(settings["num_bins"]):  # one width per bin: the bins are the authors'
         members = bins.bin_index == k

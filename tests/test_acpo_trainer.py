@@ -11,6 +11,7 @@ from test_grpo_trainer import _assert_same_run, _step_logs, _train
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+from trl_rlvr_ext.testing import assert_stock_when_off
 
 
 LOSS_OPTIONS = [
@@ -33,14 +34,15 @@ def test_acpo_with_a_forced_width_is_stock_trl_with_that_epsilon(tiny_model_path
     """With min = max = 0.2, ACPO's per-token widths are all 0.2: the run must be stock TRL's with epsilon =
     epsilon_high = 0.2, to the bit (losses, every TRL metric, parameters), while that clip binds. This runs the copy
     of TRL's loss, the binning, the all-reduce of the moments and the per-token clamp end to end."""
-    clip = {"epsilon": 0.2, "epsilon_high": 0.2, **options}
-    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock", **clip)
-    ours, _, ours_after = _train(
-        RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", **clip, **_forced_width(0.2)
+    runs = assert_stock_when_off(
+        _forced_width(0.2),
+        training_args={"epsilon": 0.2, "epsilon_high": 0.2, **options},
+        model=tiny_model_path,
+        output_dir=tmp_path,
+        extra_metrics=("adaptive_clip/",),
+        checkpoint=False,
     )
-    assert any(log["clip_ratio/region_mean"] > 0 for log in _step_logs(stock)), "clip never active: test is void"
-    _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="adaptive_clip/")
-    for log in _step_logs(ours):  # ACPO's own clip counters see exactly TRL's clipped tokens
+    for log in _step_logs(runs.ours.trainer):  # ACPO's own clip counters see exactly TRL's clipped tokens
         assert log["adaptive_clip/clip_ratio_low"] == log["clip_ratio/low_mean"]
         assert log["adaptive_clip/clip_ratio_high"] == log["clip_ratio/high_mean"]
 

@@ -14,6 +14,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.grpo import grpo_trainer
+from trl_rlvr_ext.testing import assert_stock_when_off
 
 
 FORCED_ONE = {"token_credit": "delta", "token_credit_w_lo": 1.0, "token_credit_w_hi": 1.0}
@@ -28,13 +29,15 @@ METRICS = ["weight_mean", "weight_min", "weight_max", "weight_std", "frac_at_low
 def test_delta_with_the_weights_forced_to_one_is_stock_trl(tiny_model_path, tmp_path, options):
     """w_lo = w_hi = 1: every weight is exactly 1 (N / N), so the run must be stock TRL's to the bit (losses, every
     TRL metric, parameters) while the whole hidden-state path runs: the extra forward, the hook, the weights."""
-    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock", **options)
-    ours, _, ours_after = _train(
-        RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", **options, **FORCED_ONE
+    runs = assert_stock_when_off(
+        FORCED_ONE,
+        training_args=options,
+        model=tiny_model_path,
+        output_dir=tmp_path,
+        extra_metrics=("token_credit/",),
+        checkpoint=False,
     )
-    assert any(log["clip_ratio/region_mean"] > 0 for log in _step_logs(stock)), "clip never active: test is void"
-    _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="token_credit/")
-    logged = [log for log in _step_logs(ours) if "token_credit/weight_mean" in log]
+    logged = [log for log in _step_logs(runs.ours.trainer) if "token_credit/weight_mean" in log]
     assert len(logged) == 2  # once per generation batch (4 steps, each batch used twice)
     for log in logged:
         assert [log[f"token_credit/{name}"] for name in METRICS[:4]] == [1.0, 1.0, 1.0, 0.0]

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
-from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset, small_grpo_kwargs
-from trl import GRPOConfig, GRPOTrainer
+from grpo_helpers import small_grpo_kwargs
+from trl import GRPOTrainer
 from trl.trainer.utils import pad
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
@@ -21,6 +21,7 @@ from trl_rlvr_ext.curation.dynamic import (
 )
 from trl_rlvr_ext.grpo.curation_mixin import CurationMixin
 from trl_rlvr_ext.grpo.dynamic_sampling import DYNAMIC_SAMPLING_STATE_NAME
+from trl_rlvr_ext.testing import assert_stock_when_off
 
 
 # ---------------------------------------------------------------------------------------------- the pure rule
@@ -188,34 +189,9 @@ def spy_batches(trainer):
 def test_dynamic_sampling_off_is_stock_grpo_to_the_bit(tiny_model_path, tmp_path):
     """Off (with its other fields set): the same losses, metrics and parameters as stock GRPOTrainer."""
 
-    def train(trainer_cls, config_cls, out, **extra):
-        args = config_cls(**grpo_kwargs(out, **extra))
-        trainer = trainer_cls(
-            model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
-        )
-        trainer.train()
-        return trainer
-
-    stock = train(GRPOTrainer, GRPOConfig, tmp_path / "stock")
-    ours = train(
-        RLVRGRPOTrainer,
-        RLVRGRPOConfig,
-        tmp_path / "ours",
-        dynamic_sampling=False,
-        dynamic_sampling_max_rounds=2,
-        dynamic_sampling_min_std=0.5,
-    )
-    for p, q in zip(stock.model.parameters(), ours.model.parameters(), strict=True):
-        assert torch.equal(p, q)
-
-    def strip(logs):
-        return [
-            {k: v for k, v in log.items() if "runtime" not in k and "per_second" not in k and k != "step_time"}
-            for log in logs
-        ]
-
-    assert strip(stock.state.log_history) == strip(ours.state.log_history)
-    assert not any(k.startswith("dynamic_sampling/") for log in ours.state.log_history for k in log)
+    off = {"dynamic_sampling": False, "dynamic_sampling_max_rounds": 2, "dynamic_sampling_min_std": 0.5}
+    runs = assert_stock_when_off(off, model=tiny_model_path, output_dir=tmp_path, checkpoint=False)
+    assert not any(k.startswith("dynamic_sampling/") for log in runs.ours.trainer.state.log_history for k in log)
 
 
 def test_every_optimiser_batch_holds_only_informative_groups(tiny_model_path, tmp_path):

@@ -6,50 +6,36 @@ from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+from trl_rlvr_ext.testing import Run, assert_same_run, assert_stock_when_off, step_logs, train
 
 
-def _train(trainer_cls, config_cls, model_path, output_dir, **overrides):
-    args = config_cls(**grpo_kwargs(output_dir, **overrides))
-    trainer = trainer_cls(model=model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset())
-    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-    trainer.train()
-    after = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-    return trainer, before, after
-
-
-def _step_logs(trainer):
-    return [log for log in trainer.state.log_history if "loss" in log]
+_train, _step_logs = train, step_logs  # (trainer, params before, params after); the per-step logs
 
 
 def _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="clip_recovery/"):
-    stock_logs, our_logs = _step_logs(stock), _step_logs(ours)
-    assert len(stock_logs) == len(our_logs) > 0
-    for a, b in zip(stock_logs, our_logs, strict=True):
-        keys = {k for k in a if k not in ("step_time",)}
-        assert keys == {k for k in b if not k.startswith(exclude_prefix) and k != "step_time"}
-        for k in keys:
-            assert a[k] == b[k], f"metric {k} differs: {a[k]} vs {b[k]}"
-    for name, value in stock_after.items():
-        assert torch.equal(value, ours_after[name]), f"parameter {name} differs from stock TRL"
+    """The kit's `assert_same_run` on two runs' trainers and final parameters (``ours`` may add ``exclude_prefix``)."""
+    assert_same_run(Run(stock, {}, stock_after), Run(ours, {}, ours_after), extra_metrics=(exclude_prefix,))
+
+
+# Every method's switch at its off value (each is also its default): NSR, ACPO, the off-policy diagnostics, DelTA,
+# RSI-S, POPO, POISE, SELF / pass-rate curation, dynamic sampling
+EVERY_METHOD_OFF = {
+    "clip_recovery": "none",
+    "adaptive_clip": "none",
+    "off_policy_diagnostics": False,
+    "token_credit": "none",
+    "rsi_selection": "none",
+    "objective": "grpo",
+    "value_baseline": "none",
+    "curation": "none",
+    "dynamic_sampling": False,
+}
 
 
 def test_clip_recovery_none_is_stock_grpo(tiny_model_path, tmp_path):
-    """Option off: the same losses, metrics, parameters and checkpoint as stock GRPOTrainer, to the bit (with
+    """Every option off: the same losses, metrics, parameters and checkpoint as stock GRPOTrainer, to the bit (with
     num_iterations=2, so the ratio is not identically 1 and the clip is active)."""
-    save = {"save_strategy": "steps", "save_steps": 4}
-    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock", **save)
-    ours, _, ours_after = _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", **save)
-    assert any(log["clip_ratio/region_mean"] > 0 for log in _step_logs(stock)), "clip never active: test is void"
-    _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="\0")
-    stock_ckpt, our_ckpt = tmp_path / "stock" / "checkpoint-4", tmp_path / "ours" / "checkpoint-4"
-    assert (stock_ckpt / "model.safetensors").read_bytes() == (our_ckpt / "model.safetensors").read_bytes()
-    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
-        stock_state, our_state = (
-            torch.load(stock_ckpt / name, weights_only=False),
-            torch.load(our_ckpt / name, weights_only=False),
-        )
-        assert repr(stock_state) == repr(our_state), f"{name} differs from stock TRL's"
-    assert sorted(p.name for p in our_ckpt.iterdir()) == sorted(p.name for p in stock_ckpt.iterdir())
+    assert_stock_when_off(EVERY_METHOD_OFF, model=tiny_model_path, output_dir=tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -97,12 +83,13 @@ def test_training_with_clip_recovery(tiny_model_path, tmp_path, loss_type, mode)
 
 
 def test_nsr_changes_the_update_when_tokens_are_clipped(tiny_model_path, tmp_path):
-    """NSR is not a no-op: with clipping active, its parameters differ from stock's (the rescue adds gradient)."""
-    _stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock")
-    _ours, _, ours_after = _train(
-        RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", clip_recovery="nsr"
-    )
-    assert any(not torch.equal(stock_after[n], ours_after[n]) for n in stock_after)
+    """NSR is not a no-op: with clipping active, its parameters differ from stock's (the rescue adds gradient), and
+    the kit's stock check, handed NSR on as if it were off, fails and says so."""
+    with pytest.raises(AssertionError, match=r"differs from stock TRL's:\n") as failure:
+        assert_stock_when_off({"clip_recovery": "nsr"}, model=tiny_model_path, output_dir=tmp_path, checkpoint=False)
+    message = str(failure.value)
+    assert "only stock logs [], only ours ['clip_recovery/high_frac'" in message
+    assert "- parameters: parameter model." in message
 
 
 def test_nsr_run_is_reproducible_and_resumes_with_the_same_draws(tiny_model_path, tmp_path):

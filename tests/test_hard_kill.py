@@ -2,7 +2,8 @@
 
 Each run is a subprocess (this file run as a script). The killed run kills itself with ``os.kill(os.getpid(),
 SIGKILL)`` in the middle of the step after a checkpoint: GRPO inside the reward function (mid-generation), IS-DPO at
-the start of the step, offline curation inside the reward function while a shard is being scored. No Python cleanup
+the start of the step, offline curation inside the reward function while a shard is being scored. (The GRPO runs go
+through the method authors' kit, `trl_rlvr_ext.testing.assert_resume_bit_exact`, which works the same way.) No Python cleanup
 runs. A fresh subprocess then resumes, and its result is compared with an uninterrupted run's.
 """
 
@@ -14,6 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from trl_rlvr_ext.testing import assert_resume_bit_exact
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,47 +33,12 @@ def _kill_at() -> int | None:
     return None if value is None else int(value)
 
 
-def grpo_reward(completions, curation_row, trainer_state, **kwargs):
+def grpo_reward(completions, curation_row, **kwargs):
     """Dense, prompt-dependent, and sometimes 1.0 (so curation's correctness test has both outcomes)."""
-    if trainer_state is not None and trainer_state.global_step == _kill_at():
-        _kill_here()  # mid-step: after the checkpoint at `global_step`, while generating the next step's batch
     return [
         float((row + sum(map(ord, c))) % 3 == 0) + sum(map(ord, c)) % 7 / 10
         for row, c in zip(curation_row, completions)
     ]
-
-
-def run_grpo(model_path: str, output_dir: str, max_steps: int, resume: str | None, curation: str):
-    from datasets import Dataset
-
-    from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
-
-    args = RLVRGRPOConfig(
-        output_dir=output_dir,
-        per_device_train_batch_size=4,
-        num_generations=2,
-        max_completion_length=6,
-        num_iterations=2,  # the ratio moves off 1, so NSR's rescue draws matter
-        learning_rate=0.05,
-        max_steps=max_steps,
-        save_strategy="steps",
-        save_steps=2,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        gradient_checkpointing=False,
-        seed=7,
-        loss_type="dapo",
-        epsilon=0.2,
-        epsilon_high=0.28,
-        clip_recovery="nsr",
-        curation=curation,
-        curation_correct_threshold=1.0,
-        curation_self_recheck_steps=2,
-    )
-    dataset = Dataset.from_dict({"prompt": [f"{i}+{i}=" for i in range(8)]})
-    trainer = RLVRGRPOTrainer(model=model_path, reward_funcs=grpo_reward, args=args, train_dataset=dataset)
-    trainer.train(resume_from_checkpoint=resume)
 
 
 def run_isdpo(model_path: str, output_dir: str, max_steps: int, resume: str | None):
@@ -130,10 +98,8 @@ if __name__ == "__main__":
     kind, model_path, output_dir, *rest = sys.argv[1:]
     if kind == "curate":
         run_curate(model_path, output_dir)
-    elif kind == "isdpo":
+    else:  # isdpo
         run_isdpo(model_path, output_dir, int(rest[0]), rest[1] if len(rest) > 1 else None)
-    else:  # grpo-<curation mode>
-        run_grpo(model_path, output_dir, int(rest[0]), rest[1] if len(rest) > 1 else None, kind.split("-", 1)[1])
     sys.exit(0)
 
 
@@ -178,24 +144,40 @@ def _drop_timing(log: dict) -> dict:
     return {k: v for k, v in log.items() if k != "step_time"}
 
 
+# The GRPO runs of the kill-and-resume check: the ratio moves off 1 (num_iterations=2), so NSR's rescue draws matter
+GRPO_RESUME = {
+    "per_device_train_batch_size": 4,
+    "num_generations": 2,
+    "max_completion_length": 6,
+    "learning_rate": 0.05,
+    "seed": 7,
+    "loss_type": "dapo",
+}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("curation", ["pass_rate", "self"])
 def test_grpo_with_nsr_and_curation_survives_sigkill(tiny_model_path, tmp_path, curation):
-    full, killed, kind = tmp_path / "full", tmp_path / "killed", f"grpo-{curation}"
-    _ok(_run([kind, tiny_model_path, full, 4]))
-    _killed(_run([kind, tiny_model_path, killed, 4], kill_at=2))  # dies in step 3, after checkpoint-2
-    assert sorted(p.name for p in killed.glob("checkpoint-*")) == ["checkpoint-2"]
-    _ok(_run([kind, tiny_model_path, killed, 4, killed / "checkpoint-2"]))
-
-    _same_weights(full / "checkpoint-2", killed / "checkpoint-2")
-    _same_weights(full / "checkpoint-4", killed / "checkpoint-4")  # the same parameters after 2 more steps
-    assert (full / "checkpoint-4" / "curation_state.json").read_text() == (
-        killed / "checkpoint-4" / "curation_state.json"
-    ).read_text()
-    full_logs, resumed_logs = _step_logs(full / "checkpoint-4"), _step_logs(killed / "checkpoint-4")
-    for step in (3, 4):  # the resumed steps log what the uninterrupted ones did (NSR's draws, curation, rewards)
-        assert _drop_timing(resumed_logs[step]) == _drop_timing(full_logs[step])
-    assert any(log["clip_recovery/high_frac"] + log["clip_recovery/low_frac"] > 0 for log in full_logs.values())
+    """Through the method authors' kit (`assert_resume_bit_exact`): killed in step 3 (mid-generation, after
+    checkpoint-2), resumed, checkpoint-4 equals the uninterrupted run's (weights, optimizer, NSR's generator states,
+    curation's state) and steps 3-4 log the same values (NSR's draws, curation, rewards)."""
+    options = {
+        "clip_recovery": "nsr",
+        "curation": curation,
+        "curation_correct_threshold": 1.0,
+        "curation_self_recheck_steps": 2,
+    }
+    root = assert_resume_bit_exact(
+        options,
+        model=tiny_model_path,
+        output_dir=tmp_path,
+        reward_funcs=grpo_reward,
+        training_args=GRPO_RESUME,
+        prompts=8,
+    )
+    full = root / "full" / "checkpoint-4"
+    assert (full / "curation_state.json").is_file() and (full / "clip_recovery_rng_state_0.pth").is_file()
+    assert any(log["clip_recovery/high_frac"] + log["clip_recovery/low_frac"] > 0 for log in _step_logs(full).values())
 
 
 @pytest.mark.slow

@@ -6,11 +6,12 @@ features are the authors' (layer output, last-n pooling); the config refuses wha
 import pytest
 import torch
 from grpo_helpers import digit_reward, prompt_dataset, small_grpo_kwargs
-from test_grpo_trainer import _assert_same_run, _step_logs, _train
+from test_grpo_trainer import _step_logs
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.losses.poise import pool_last_n
+from trl_rlvr_ext.testing import assert_stock_when_off
 
 
 POISE = {
@@ -37,10 +38,10 @@ def poise_trainer(output_dir, model_path, reward=digit_reward, **overrides):
 def test_poise_settings_with_the_option_off_are_stock_trl(tiny_model_path, tmp_path):
     """value_baseline='none' with every poise_* field moved: stock TRL to the bit (losses, metrics, parameters)."""
     moved = {k: v for k, v in POISE.items() if k.startswith("poise_")} | {"poise_layer": 0, "poise_alpha": 3.0}
-    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock")
-    ours, _, ours_after = _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", **moved)
-    assert ours._poise is None
-    _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="\0")
+    runs = assert_stock_when_off(
+        {"value_baseline": "none", **moved}, model=tiny_model_path, output_dir=tmp_path, checkpoint=False
+    )
+    assert runs.ours.trainer._poise is None
 
 
 def _sgd_run(tmp_path, model_path, trainer_cls, config_cls, lr, **extra):

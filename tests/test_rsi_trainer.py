@@ -10,6 +10,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.losses import relative_surprisal_index, rsi_interval_mask
+from trl_rlvr_ext.testing import assert_stock_when_off
 
 
 KEEP_ALL = {"rsi_selection": "interval", "rsi_low": 0.0}  # RSI >= 0: every completion token is kept
@@ -26,12 +27,15 @@ INTERVAL = {"rsi_selection": "interval", "rsi_low": 0.98, "rsi_high": 1.02}
 def test_an_interval_keeping_every_token_is_stock_trl(tiny_model_path, tmp_path, options):
     """rsi_low = 0 alone keeps every token: the run must be stock TRL's to the bit (losses, every TRL metric,
     parameters, with rollouts reused) while the selection runs (the RSI, the gather, the mask, the metrics)."""
-    stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock", **options)
-    ours, _, ours_after = _train(
-        RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", **options, **KEEP_ALL
+    runs = assert_stock_when_off(
+        KEEP_ALL,
+        training_args=options,
+        model=tiny_model_path,
+        output_dir=tmp_path,
+        extra_metrics=("rsi/",),
+        checkpoint=False,
     )
-    _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="rsi/")
-    logs = _step_logs(ours)
+    logs = _step_logs(runs.ours.trainer)
     assert all(log["rsi/kept_frac"] == 1.0 and log["rsi/dropped_low_frac"] == 0.0 for log in logs)
     assert all(log["rsi/mean"] > 0 for log in logs)
 

@@ -1,7 +1,9 @@
 """DeepSpeed ZeRO-2, ZeRO-3 and FSDP2 for real: 2 CPU processes (gloo), launched with the package's own configs.
 
 One ``accelerate launch`` per mode runs every case in the same two processes (tests/sharding/harness.py) and writes
-a JSON per rank; the tests below only read them. Launches are shared by all tests (and all xdist workers: a file
+a JSON per rank; the tests below only read them. The main launch also runs the cases of `KIT_CASES` the way the
+method authors' kit runs a user's (`trl_rlvr_ext.testing.distributed`), and `assert_sharded_equal` checks them through
+the harness's launches (`Launches.kit`), so the kit's checks add no launch. Launches are shared by all tests (and all xdist workers: a file
 lock makes the first one run it) and start only when a test needs that mode:
 
     ddp    multi_gpu.yaml          main (cases, then a run killed with SIGKILL in step 3), resume
@@ -19,25 +21,24 @@ import json
 import math
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from trl_rlvr_ext.testing import assert_sharded_equal
+from trl_rlvr_ext.testing.sharded import (
+    CONFIG_OF,
+    accelerate_command,
+    assert_logs_close,
+    needs_deepspeed,
+    sharded_case,
+    sharding_problems,
+)
+
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from sharding_cpu import accelerate_command  # noqa: E402  (bench/ is not a package)
-
-
 HARNESS = ROOT / "tests" / "sharding" / "harness.py"
-CONFIG_OF = {
-    "ddp": "multi_gpu.yaml",
-    "zero2": "deepspeed_zero2.yaml",
-    "zero3": "deepspeed_zero3.yaml",
-    "fsdp2": "fsdp2.yaml",
-}
 SHARDED = ("zero3", "fsdp2")  # the modes that shard parameters
 ALL_SHARDED = ("zero2", "zero3", "fsdp2")  # ZeRO-2 shards optimizer state and gradients only
 LORA_METHODS = ("rlpo", "rlmo", "pissa", "milora")
@@ -50,13 +51,19 @@ DDP_CASES = (
     "pass_rate",
     "dynamic_sampling",
     "acpo",  # + off-policy diagnostics
-    "delta",
-    "rsi",  # RSI-S, quantile bounds gathered over ranks
     "acpo_nsr_delta",  # ACPO (per-rank statistics) + NSR + DelTA
     "eval_callbacks",
     "isdpo",
     "resume_uninterrupted",  # NSR + pass-rate curation + dynamic sampling together, 4 steps
 )
+# Checked with the method authors' kit (`assert_sharded_equal`), as a user checks their own method: the harness runs
+# these cases in its launches too (tests/sharding/harness.py, KIT_CASES), so the kit's checks add no launch
+KIT_CASES = {
+    "delta": {"token_credit": "delta"},
+    "rsi": {"rsi_selection": "quantile", "rsi_quantile_low": 0.2, "rsi_quantile_high": 0.8},  # gathered over ranks
+}
+KIT_TRAINING = {"num_iterations": 2, "learning_rate": 0.1}
+KIT_SPEC = {name: sharded_case(options, training_args=KIT_TRAINING) for name, options in KIT_CASES.items()}
 TIMEOUT = 1200
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -66,7 +73,8 @@ def _launch(mode: str, phase: str, model_path: str, out: Path) -> subprocess.Com
     from trl_rlvr_ext.data import resolve_model_name_or_path
 
     cmd, env = accelerate_command(CONFIG_OF[mode], str(HARNESS), mode, phase, model_path, str(out))
-    env.pop("ACCELERATE_USE_CPU", None)
+    (out / "kit_cases.json").write_text(json.dumps(KIT_SPEC, sort_keys=True))
+    env["TRL_RLVR_EXT_KIT_CASES"] = str(out / "kit_cases.json")
     # the real model's case: fetched and converted here, once, before the two ranks start (cached after the first)
     env["TRL_RLVR_EXT_REAL_MODEL"] = resolve_model_name_or_path("smollm2-135m-instruct")
     with open(out / f"{phase}.log", "w") as log:
@@ -85,8 +93,10 @@ class Launches:
 
     def __call__(self, mode: str, phase: str = "main") -> list[dict]:
         key = (mode, phase)
-        if mode in ("zero2", "zero3") and importlib.util.find_spec("deepspeed") is None:
-            pytest.skip("deepspeed is not installed (pip install deepspeed; gcc and ninja build its CPU comm op)")
+        try:
+            needs_deepspeed(mode)
+        except RuntimeError as error:
+            pytest.skip(str(error))
         if key not in self.cache:
             from filelock import FileLock
 
@@ -111,6 +121,15 @@ class Launches:
             self.cache[key] = ranks
         return self.cache[key]
 
+    def kit(self, mode: str, cases: dict) -> list[dict]:
+        """The kit's launcher (`assert_sharded_equal(launcher=...)`): its case, run by the harness's main launch."""
+        ((_, case),) = cases.items()
+        names = [name for name, spec in KIT_SPEC.items() if spec == case]
+        assert names, f"the harness runs only the kit cases of KIT_CASES; add {case} there"
+        self(mode)
+        ranks = [json.loads((self.root / mode / f"kit_rank{r}.json").read_text()) for r in (0, 1)]
+        return [{"case": ranks[r][names[0]]} for r in (0, 1)]
+
     def case(self, mode: str, name: str, phase: str = "main") -> list[dict]:
         ranks = self(mode, phase)
         for rank, result in enumerate(ranks):
@@ -129,20 +148,6 @@ def launches(tiny_model_path, tmp_path_factory, request):
     return Launches(root, tiny_model_path)
 
 
-def assert_logs_close(got: list[dict], want: list[dict], atol: float, what: str) -> None:
-    assert len(got) == len(want) and got, f"{what}: {len(got)} logged steps, expected {len(want)}"
-    for step, (g, w) in enumerate(zip(got, want), 1):
-        assert set(g) == set(w), f"{what} step {step}: keys differ: {set(g) ^ set(w)}"
-        for key in w:
-            a, b = g[key], w[key]
-            if b is None:  # e.g. reward means of a step that kept no prompt
-                assert a is None, f"{what} step {step} {key}: {a} vs None"
-            elif isinstance(b, float) and math.isnan(b):
-                assert isinstance(a, float) and math.isnan(a), f"{what} step {step} {key}: {a} vs nan"
-            else:
-                assert a == pytest.approx(b, abs=atol, rel=0), f"{what} step {step} {key}: {a} vs {b}"
-
-
 # ---------------------------------------------------------------------------------------------- it really sharded
 @pytest.mark.parametrize("mode", ["ddp", "zero2", "zero3", "fsdp2"])
 def test_the_launch_really_runs_its_mode(launches, mode):
@@ -152,19 +157,9 @@ def test_the_launch_really_runs_its_mode(launches, mode):
             if "refuse" in name or "error" in case:
                 continue
             assert case["world_size"] == 2, name
-            shard = case["sharding"]
-            if mode == "ddp":
-                assert shard["wrapped"] == "DistributedDataParallel", (name, shard)
-            elif mode in ("zero2", "zero3"):
-                assert shard["wrapped"] == "DeepSpeedEngine" and shard["zero_stage"] == int(mode[-1]), (name, shard)
-            if mode == "zero3":  # partitioned: half of every attention weight on each rank
-                assert shard["ds_local_numel"] * 2 == shard["ds_numel"] == math.prod(shard["ds_shape"]), (name, shard)
-            if mode == "fsdp2":
-                assert shard["fsdp_module"] and shard["all_dtensor"], (name, shard)
-                assert shard["placements"] == ["S(0)"], (name, shard)
-                assert shard["local_shape"][0] * 2 == shard["full_shape"][0], (name, shard)
-            if mode != "zero3":
-                assert "ds_local_numel" not in shard, (name, shard)
+            # DDP wraps in DDP; ZeRO-2/3 a DeepSpeed engine of that stage; ZeRO-3 half of every attention weight on
+            # each rank; FSDP2 every parameter a DTensor sharded on dim 0, halved
+            assert sharding_problems(mode, case["sharding"]) == [], name
 
 
 @pytest.mark.parametrize("mode", ["ddp", "zero2", "zero3", "fsdp2"])
@@ -197,6 +192,23 @@ def test_sharded_step_matches_ddp(launches, mode, case):
     if "boundary" in ddp:
         for (step, got), (_, want) in zip(sharded["boundary"], ddp["boundary"]):
             assert got == pytest.approx(want, abs=1e-5, nan_ok=True), (step, got, want)
+
+
+@pytest.mark.parametrize("mode", ALL_SHARDED)
+@pytest.mark.parametrize("case", sorted(KIT_CASES))
+def test_method_sharded_equals_ddp_with_the_kit(launches, mode, case):
+    """DelTA (weights from a hooked no-grad forward of the sharded model) and RSI-S (quantile bounds over every rank's
+    RSI values) through `trl_rlvr_ext.testing.assert_sharded_equal`: every logged value equal to DDP's to 1e-5, the
+    parameters really sharded, the ranks in agreement; and the cases are not void."""
+    records = assert_sharded_equal(
+        KIT_CASES[case], backends=(mode,), training_args=KIT_TRAINING, launcher=launches.kit
+    )
+    logs = records[mode][0]["logs"]
+    if case == "delta":
+        assert logs[0]["token_credit/weight_std"] > 0.01, f"{mode}: DelTA's weights are all equal"
+        assert logs[0]["token_credit/weight_mean"] == pytest.approx(1.0, abs=1e-5)
+    else:
+        assert all(0 < log["rsi/kept_frac"] < 1 for log in logs), f"{mode}: the quantile bounds dropped nothing"
 
 
 # The probe's Pearson r and Brier skill are ratios over the spread of a few predictions: they magnify the last-digit
@@ -236,10 +248,9 @@ def test_acpo_and_delta_acted(launches, mode):
     assert any(sum(k.startswith("adaptive_clip/bound_bin") for k in log) > 1 for log in acpo), "one bin only"
     assert acpo[-1]["off_policy/ratio_p99"] > 1 > acpo[-1]["off_policy/ratio_p1"]
     assert acpo[-1]["off_policy/update_index"] == 1
-    for case in ("delta", "acpo_nsr_delta"):
-        logs = launches.case(mode, case)[0]["logs"]
-        assert logs[0]["token_credit/weight_std"] > 0.01, f"{mode} {case}: DelTA's weights are all equal"
-        assert logs[0]["token_credit/weight_mean"] == pytest.approx(1.0, abs=1e-5)
+    logs = launches.case(mode, "acpo_nsr_delta")[0]["logs"]
+    assert logs[0]["token_credit/weight_std"] > 0.01, f"{mode} acpo_nsr_delta: DelTA's weights are all equal"
+    assert logs[0]["token_credit/weight_mean"] == pytest.approx(1.0, abs=1e-5)
     combined = launches.case(mode, "acpo_nsr_delta")[0]["logs"]
     assert max(log["clip_recovery/low_frac"] + log["clip_recovery/high_frac"] for log in combined) > 0
     assert max(log["adaptive_clip/clip_ratio_low"] + log["adaptive_clip/clip_ratio_high"] for log in combined) > 0

@@ -5,26 +5,52 @@
   `inspect.getsource` of both is compared as is.
 - The blocks are the same code in every version's copy, and the re-apply tool rebuilds the committed copies.
 - The signatures of every TRL / transformers method the package overrides are pinned (`EXPECTED_SIGNATURES`).
+- Every private attribute the package touches and every object it patches at run time is declared
+  (tests/trl_contract.py) and still there in the installed TRL; a new, undeclared private access fails the scan.
 """
 
 import inspect
+import re
 from pathlib import Path
 
 import pytest
 import trl
 from trl import DPOTrainer, GRPOTrainer
-from trl_contract import overrides, parameters
+from trl_contract import (
+    OWN_NAMES_SHARED_WITH_UPSTREAM,
+    PRIVATE_ATTRIBUTES,
+    PUBLIC_UNDERSCORED,
+    RUNTIME_PATCHES,
+    class_uses,
+    load,
+    module_and_class_patches,
+    overrides,
+    package_defined_names,
+    parameters,
+    private_accesses,
+    upstream_private_names,
+)
 
 from trl_rlvr_ext import _trl
-from trl_rlvr_ext._trl import TRL_COPIES, copies_package, load_copy, trl_minor
+from trl_rlvr_ext._trl import SUPPORTED_MINORS, TRL_COPIES, copies_package, load_copy, trl_minor
 from trl_rlvr_ext._trl.markers import AnchorError, count_blocks, reapply_blocks, split_blocks, strip_marked_blocks
-from trl_rlvr_ext._trl.reapply import COPY_FILES, parse_copy, read_copy, reapply_file
+from trl_rlvr_ext._trl.reapply import COPY_FILES, parse_copy, read_copy, reapply_file, same_code, same_methods
 from trl_rlvr_ext.scripts.reapply_trl import main
 
 
 COPIES_DIR = Path(_trl.__file__).parent
-VERSION_PACKAGES = sorted(set(TRL_COPIES.values()), key=lambda name: tuple(map(int, name[1:].split("_"))))
 UPSTREAM = {"grpo": GRPOTrainer, "dpo": DPOTrainer}
+
+
+def _packages(copy: str) -> list[str]:
+    """The version sub-packages holding a copy of ``copy``, oldest first."""
+    return sorted(set(TRL_COPIES[copy].values()), key=lambda name: tuple(map(int, name[1:].split("_"))))
+
+
+VERSION_PACKAGES = sorted(
+    {p for copy in UPSTREAM for p in _packages(copy)}, key=lambda n: tuple(map(int, n[1:].split("_")))
+)
+COPY_PACKAGES = [(copy, package) for copy in UPSTREAM for package in _packages(copy)]
 # (copy, method) -> the marked blocks it must hold, per feature
 EXPECTED_BLOCKS = {
     ("grpo", "_compute_loss"): {"adaptive-clip": 1, "clip-objective": 3, "rsi-selection": 1},
@@ -35,20 +61,51 @@ EXPECTED_BLOCKS = {
 # ---------------------------------------------------------------- the copies are TRL's text plus marked blocks
 @pytest.mark.parametrize("copy, method", sorted(EXPECTED_BLOCKS), ids=lambda value: value)
 def test_copy_is_installed_trl_source_plus_marked_blocks(copy, method):
+    """Character for character; or, where the copy was generated from another TRL release (one copy serves every
+    release whose methods differ only in comments or formatting), the same code (`same_code`: equal syntax trees)."""
     ours = inspect.getsource(getattr(load_copy(copy), method))
     assert count_blocks(ours) == EXPECTED_BLOCKS[copy, method]
-    assert strip_marked_blocks(ours) == inspect.getsource(getattr(UPSTREAM[copy], method)), (
-        f"trl_rlvr_ext/_trl/{copies_package()}/{copy}.py: {method} no longer mirrors TRL {trl.__version__}'s "
-        f"{UPSTREAM[copy].__name__}.{method}. Rebuild the copy with `python -m trl_rlvr_ext.scripts.reapply_trl` "
-        "(CONTRIBUTING.md, 'Admitting a new TRL minor')."
+    stripped, upstream = strip_marked_blocks(ours), inspect.getsource(getattr(UPSTREAM[copy], method))
+    where = f"trl_rlvr_ext/_trl/{copies_package(copy)}/{copy}.py: {method}"
+    if load_copy(copy).trl_version == trl.__version__:
+        assert stripped == upstream, (
+            f"{where} no longer mirrors TRL {trl.__version__}'s {UPSTREAM[copy].__name__}.{method}. Rebuild the copy "
+            "with `python -m trl_rlvr_ext.scripts.reapply_trl` (CONTRIBUTING.md, 'Admitting a new TRL minor')."
+        )
+    else:
+        assert stripped == upstream or same_code(stripped, upstream), (
+            f"{where} (TRL {load_copy(copy).trl_version}'s text) is not the same code as TRL {trl.__version__}'s "
+            f"{UPSTREAM[copy].__name__}.{method}: give TRL {trl_minor()} a copy of its own "
+            "(`python -m trl_rlvr_ext.scripts.reapply_trl`) and map it in TRL_COPIES."
+        )
+
+
+def test_same_code_ignores_comments_and_formatting_only():
+    method = "    def f(self, x):\n        # one comment\n        return x + 1\n"
+    assert same_code(
+        method, "    def f(self, x):\n        # another comment\n        return (x +\n                1)\n"
     )
+    assert not same_code(method, "    def f(self, x):\n        return x + 2\n")
+    assert not same_code(method, '    def f(self, x):\n        """A docstring is code."""\n        return x + 1\n')
+
+
+def test_every_trainer_supports_the_same_minors():
+    assert all(tuple(minors) == SUPPORTED_MINORS for minors in TRL_COPIES.values())
 
 
 def test_copies_hold_exactly_the_expected_methods():
-    for package in VERSION_PACKAGES:
-        for copy in UPSTREAM:
-            methods = read_copy(COPIES_DIR / package / f"{copy}.py")
-            assert sorted(methods) == sorted(m for c, m in EXPECTED_BLOCKS if c == copy), package
+    for copy, package in COPY_PACKAGES:
+        methods = read_copy(COPIES_DIR / package / f"{copy}.py")
+        assert sorted(methods) == sorted(m for c, m in EXPECTED_BLOCKS if c == copy), package
+    # no copy file that no TRL minor uses, and no two copies of one trainer that are the same code
+    assert sorted((p.stem, p.parent.name) for p in COPIES_DIR.glob("v*/*.py") if p.stem != "__init__") == sorted(
+        COPY_PACKAGES
+    )
+    for copy in UPSTREAM:
+        copies = [read_copy(COPIES_DIR / package / f"{copy}.py") for package in _packages(copy)]
+        stripped = [{m: strip_marked_blocks(s) for m, s in methods.items()} for methods in copies]
+        for i, a in enumerate(stripped):
+            assert not any(same_methods(a, b) for b in stripped[i + 1 :]), f"two {copy} copies are the same code"
 
 
 def test_trainers_use_the_copies_of_the_installed_trl():
@@ -57,18 +114,20 @@ def test_trainers_use_the_copies_of_the_installed_trl():
 
     assert grpo_trainer._TRL_COPY is load_copy("grpo")
     assert dpo_trainer._TRL_COPY is load_copy("dpo")
-    assert TRL_COPIES[trl_minor(load_copy("grpo").trl_version)] == copies_package()
+    for copy in UPSTREAM:
+        assert load_copy(copy).__module__ == f"trl_rlvr_ext._trl.{TRL_COPIES[copy][trl_minor()]}.{copy}"
 
 
 def _blocks(package, copy, method):
     return [block for _, block in split_blocks(read_copy(COPIES_DIR / package / f"{copy}.py")[method])[1]]
 
 
-@pytest.mark.parametrize("package", VERSION_PACKAGES)
-@pytest.mark.parametrize("copy, method", sorted(EXPECTED_BLOCKS), ids=lambda value: value)
+@pytest.mark.parametrize(
+    "copy, method, package", [(c, m, p) for c, m in sorted(EXPECTED_BLOCKS) for p in _packages(c)]
+)
 def test_blocks_are_the_same_code_in_every_version(package, copy, method):
     """Our code does not fork per TRL version: only TRL's text around it does."""
-    reference = _blocks(VERSION_PACKAGES[-1], copy, method)
+    reference = _blocks(_packages(copy)[-1], copy, method)
     assert [b.lines for b in _blocks(package, copy, method)] == [b.lines for b in reference]
 
 
@@ -78,14 +137,19 @@ def test_reapply_rebuilds_the_committed_copies_of_the_installed_trl(source):
     """From the blocks of any version's copies, the tool rebuilds the installed TRL's committed copies: on 1.16 the
     round trip 1.16 -> 1.16 and 1.14 -> 1.16, on 1.14 the step 1.16 -> 1.14 (the whole file, when the committed copy
     was generated from this TRL release; only the methods on 1.15, whose copies are 1.16.0's)."""
-    target = COPIES_DIR / copies_package()
     for name in COPY_FILES:
+        if not (COPIES_DIR / source / name).is_file():
+            continue
+        copy = name.removesuffix(".py")
         text, _ = reapply_file(COPIES_DIR / source / name)
+        target = COPIES_DIR / copies_package(copy)
         committed = (target / name).read_text()
-        if load_copy(name.removesuffix(".py")).trl_version == trl.__version__:
+        if load_copy(copy).trl_version == trl.__version__:
             assert text == committed, f"{source}/{name} re-applied on TRL {trl.__version__} != {target.name}/{name}"
-        else:  # this release uses copies generated from another (TRL 1.15 uses 1.16.0's): the same methods
-            assert parse_copy(text) == read_copy(target / name), f"{source}/{name} re-applied on TRL {trl.__version__}"
+        else:  # this release uses a copy generated from another (TRL 1.15 uses 1.16.0's, 1.14 1.16.0's GRPO copy)
+            assert same_methods(parse_copy(text), read_copy(target / name)), (
+                f"{source}/{name} re-applied on TRL {trl.__version__} is not the code of {target.name}/{name}"
+            )
 
 
 def test_reapply_cli_writes_a_version_package(tmp_path, capsys):
@@ -97,7 +161,10 @@ def test_reapply_cli_writes_a_version_package(tmp_path, capsys):
             assert strip_marked_blocks(source) == inspect.getsource(
                 getattr(UPSTREAM[name.removesuffix(".py")], method)
             )
-    assert "Next: map" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Next: map" in out
+    # the new release's copies are the code of the committed ones: the tool says to map the minor there instead
+    assert f"same code: grpo.py differs from {copies_package('grpo')}/grpo.py only in comments or formatting" in out
     # --check on an up-to-date package: nothing would change
     assert main(["--source", VERSION_PACKAGES[-1], "--target", "v9_9", "--output-dir", str(tmp_path), "--check"]) == 0
     (tmp_path / "v9_9" / "grpo.py").write_text("stale\n")
@@ -163,11 +230,17 @@ def test_bad_markers_are_named(source, message):
 
 # ---------------------------------------------------------------- supported TRL versions
 @pytest.mark.parametrize(
-    "version, package", [("1.14.0", "v1_14"), ("1.14.2", "v1_14"), ("1.15.0", "v1_16"), ("1.16.0", "v1_16")]
+    "version, grpo, dpo",
+    [
+        ("1.14.0", "v1_16", "v1_14"),
+        ("1.14.2", "v1_16", "v1_14"),
+        ("1.15.0", "v1_16", "v1_16"),
+        ("1.16.0", "v1_16", "v1_16"),
+    ],
 )
-def test_each_supported_trl_minor_has_copies(version, package):
-    assert copies_package(version) == package
-    assert (COPIES_DIR / package / "grpo.py").is_file() and (COPIES_DIR / package / "dpo.py").is_file()
+def test_each_supported_trl_minor_has_copies(version, grpo, dpo):
+    assert (copies_package("grpo", version), copies_package("dpo", version)) == (grpo, dpo)
+    assert (COPIES_DIR / grpo / "grpo.py").is_file() and (COPIES_DIR / dpo / "dpo.py").is_file()
 
 
 @pytest.mark.parametrize("version", ["1.13.2", "1.17.0", "2.0.0"])
@@ -178,7 +251,7 @@ def test_unsupported_trl_version_is_a_clear_error(version):
 
 def test_pyproject_pin_matches_the_supported_versions():
     text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
-    minors = sorted(TRL_COPIES, key=lambda v: tuple(map(int, v.split("."))))
+    minors = sorted(SUPPORTED_MINORS, key=lambda v: tuple(map(int, v.split("."))))
     major, last = minors[-1].split(".")
     assert f'"trl>={minors[0]},<{major}.{int(last) + 1}"' in text
 
@@ -307,6 +380,71 @@ def test_overrides_accept_the_calls_trl_makes(name):
     """Our override takes TRL's parameters in TRL's order (the rest through *args / **kwargs)."""
     ours, upstream = overrides()[name]
     assert _call_problems(ours, upstream) == []
+
+
+# ---------------------------------------------------------------- private attributes and runtime patches
+@pytest.mark.parametrize("name", sorted(PRIVATE_ATTRIBUTES))
+def test_declared_private_attribute_still_exists(name):
+    owners, use = PRIVATE_ATTRIBUTES[name]
+    for owner in owners:
+        assert class_uses(load(owner), name), (
+            f"{owner} no longer has {name} (the package uses it: {use}). The installed TRL / library changed an internal "
+            "the package relies on: read its new code, adapt the package, then update PRIVATE_ATTRIBUTES "
+            "(tests/trl_contract.py)."
+        )
+
+
+def test_every_private_access_of_the_package_is_declared():
+    """A ``x._name`` (or ``getattr(x, "_name")``) anywhere in the package (wherever its modules move) touches either a
+    name the package defines for itself or a declared contact: a new contact with TRL's internals fails here."""
+    overridden = {key.rsplit(".", 1)[1] for key in EXPECTED_SIGNATURES}
+    own = package_defined_names(COPIES_DIR.parent) - upstream_private_names()
+    allowed = (
+        own | overridden | set(PRIVATE_ATTRIBUTES) | set(PUBLIC_UNDERSCORED) | set(OWN_NAMES_SHARED_WITH_UPSTREAM)
+    )
+    undeclared = {
+        name: where[:3] for name, where in private_accesses(COPIES_DIR.parent).items() if name not in allowed
+    }
+    assert not undeclared, (
+        f"Private attributes of other libraries' objects the package touches without declaring them: {undeclared}. "
+        "Use a public API, or declare each in PRIVATE_ATTRIBUTES (tests/trl_contract.py) with its owner class (or, for "
+        "a name of the package's own that TRL also uses, in OWN_NAMES_SHARED_WITH_UPSTREAM)."
+    )
+
+
+def test_declared_names_are_still_used_by_the_package():
+    """No stale declaration: each declared name is still touched somewhere in the package."""
+    used = set(private_accesses(COPIES_DIR.parent))
+    stale = sorted(set(PRIVATE_ATTRIBUTES) - used) + sorted(set(OWN_NAMES_SHARED_WITH_UPSTREAM) - used)
+    assert not stale, f"Declared in tests/trl_contract.py but no longer used by the package: {stale}"
+
+
+def test_every_patch_of_an_imported_trl_object_is_declared():
+    """An assignment to an attribute of a TRL / transformers / vLLM module or class the file imports is a runtime
+    patch: each must be in RUNTIME_PATCHES (patches of instances are declared there by hand)."""
+    declared = {(target, attribute) for target, attribute, *_ in RUNTIME_PATCHES}
+    found = module_and_class_patches(COPIES_DIR.parent)
+    assert {(target, attribute) for target, attribute, _ in found} & declared, "the scan finds no declared patch"
+    undeclared = [
+        f"{where}: {target}.{attribute}" for target, attribute, where in found if (target, attribute) not in declared
+    ]
+    assert not undeclared, (
+        f"Runtime patches of TRL objects not declared in RUNTIME_PATCHES (tests/trl_contract.py): {undeclared}"
+    )
+
+
+@pytest.mark.parametrize("target, attribute, kind, caller, call", RUNTIME_PATCHES, ids=lambda v: str(v)[:40])
+def test_patched_object_still_has_the_attribute_and_trl_still_calls_it(target, attribute, kind, caller, call):
+    """Each runtime patch replaces something TRL still has, and TRL still reaches it where the patch expects."""
+    obj = load(target)
+    if inspect.ismodule(obj):  # a module attribute may be bound only with the optional dependency (vLLM): its import
+        assert re.search(rf"\bimport\b[^\n]*\b{attribute}\b", inspect.getsource(obj)), (target, attribute)
+    else:
+        assert class_uses(obj, attribute), f"{target} has no {attribute} any more ({kind})"
+    assert call in inspect.getsource(load(caller)), (
+        f"{caller} no longer calls {call!r}: the patch of {target}.{attribute} ({kind}) would not take effect. Read the "
+        "new TRL code and adapt the patch, then RUNTIME_PATCHES (tests/trl_contract.py)."
+    )
 
 
 def test_curation_patches_the_generate_trl_calls():

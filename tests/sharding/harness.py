@@ -10,7 +10,10 @@ Launched by tests/test_sharding.py with the package's own accelerate configs, e.
 Modes: ``ddp`` (multi_gpu.yaml), ``zero2``, ``zero3``, ``fsdp2``. Phases: ``main`` (every case, then a run that
 kills both processes with SIGKILL in step 3, after the step-2 checkpoint is written) and ``resume``
 (the killed run resumed from that checkpoint). Each rank writes ``<out_dir>/<phase>_rank<k>.json`` after every case,
-and rank 0 writes ``lora_<trainer>_<method>.pt`` (the initialised LoRA factors and base weights, gathered).
+and rank 0 writes ``lora_<trainer>_<method>.pt`` (the initialised LoRA factors and base weights, gathered). With
+``TRL_RLVR_EXT_KIT_CASES`` set, the main phase then runs the method authors' kit cases of that JSON
+(`trl_rlvr_ext.testing.distributed.run_cases`, records in ``kit_rank<k>.json``). The evidence each case records
+(parameters in full, their digest, how they were sharded) is the kit's.
 
 Test-harness device, not package behaviour (docs/design/CPU_STACK.md section 4): on CPU accelerate silently runs an
 FSDP config as DDP, so for ``fsdp2`` the distributed type is relabelled MULTI_GPU right after each config is built;
@@ -29,8 +32,6 @@ import traceback
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
-from accelerate.state import AcceleratorState
-from accelerate.utils import DistributedType
 from datasets import Dataset
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, TrainerCallback
@@ -40,6 +41,16 @@ from trl_rlvr_ext import ISDPOConfig, ISDPOTrainer, RLVRGRPOConfig, RLVRGRPOTrai
 from trl_rlvr_ext.evaluation import PassAtKCallback
 from trl_rlvr_ext.evaluation.boundary import BoundaryProbeCallback
 from trl_rlvr_ext.lora_init import api as lora_api
+from trl_rlvr_ext.testing.distributed import (
+    digest,
+    distributed_config,
+    distributed_kwargs,
+    full_params,
+    run_cases,
+    sharding_of,
+    summary,
+)
+from trl_rlvr_ext.testing.runs import dense_reward
 from trl_rlvr_ext.toy.preference import make_toy_preference_dataset
 
 
@@ -53,15 +64,11 @@ MODE, PHASE, MODEL, OUT = sys.argv[1:5]
 ONLY = set(sys.argv[5].split(",")) if len(sys.argv) > 5 else None  # debugging: run these cases only
 RANK = int(os.environ["RANK"])
 LORA_METHODS = ("rlpo", "rlmo", "pissa", "milora")
+KIT_CASES = "TRL_RLVR_EXT_KIT_CASES"  # a JSON of the method authors' kit's cases to run too (kit_rank<k>.json)
 KILL_STEP = 2  # the kill run saves checkpoint-2, then dies in step 3; the resumed steps 3 and 4 are compared
 
 
 # ---------------------------------------------------------------------------------------------- rewards and data
-def dense_reward(completions, **kwargs):
-    """Dense and deterministic per completion, so every group has a spread (non-zero advantages)."""
-    return [sum(map(ord, c)) % 13 / 13 for c in completions]
-
-
 def parity_reward(completions, curation_row, **kwargs):
     """Verifiable per (prompt, completion): right on some prompts only, so curation has both outcomes."""
     return [float((row + sum(map(ord, c))) % 2 == 0) for row, c in zip(curation_row, completions)]
@@ -101,35 +108,12 @@ def prompts(n=16):
 
 # ---------------------------------------------------------------------------------------------- set-up
 def config(cls, **kwargs):
-    """A trainer config for this launch. accelerate's state singletons are reset first, so that each trainer of the
-    sequence starts from a clean state. (Not needed with accelerate 1.15 / transformers 5.24: without the reset the
-    sequence ran too, with bit-identical results; kept so that a later accelerate cannot carry state over.)"""
-    AcceleratorState._reset_state(reset_partial_state=True)
-    relabel = kwargs.pop("relabel", True)
-    args = cls(**kwargs)
-    if MODE == "fsdp2" and relabel:  # the test-harness relabel (module docstring)
-        args.distributed_state.distributed_type = DistributedType.MULTI_GPU
-    return args
+    """A trainer config for this launch (the kit's `distributed_config`: accelerate's state reset, the FSDP2 relabel)."""
+    return distributed_config(cls, MODE, **kwargs)
 
 
 def grpo_kwargs(name, **overrides):
-    kwargs = {
-        "output_dir": os.path.join(OUT, f"{PHASE}_{name}"),
-        "per_device_train_batch_size": 4,  # 8 completions per step: 2 groups of 4 (or 4 of 2), whole groups per rank
-        "num_generations": 4,
-        "max_completion_length": 6,
-        "learning_rate": 0.05,
-        "max_steps": 2,
-        "logging_steps": 1,
-        "save_strategy": "no",
-        "report_to": "none",
-        "use_cpu": True,
-        "bf16": False,
-        "gradient_checkpointing": False,
-        "seed": 0,
-    }
-    kwargs.update(overrides)
-    return kwargs
+    return distributed_kwargs(os.path.join(OUT, f"{PHASE}_{name}"), **overrides)
 
 
 def dpo_kwargs(name, **overrides):
@@ -156,60 +140,7 @@ def lora_config():
 
 
 # ---------------------------------------------------------------------------------------------- evidence
-def is_dtensor(param) -> bool:
-    return type(param).__name__ == "DTensor"
-
-
-def full_params(trainer) -> dict[str, torch.Tensor]:
-    """Every parameter in full (ZeRO-3: gathered; FSDP2: DTensor.full_tensor()), the same on every rank."""
-    model = trainer.model
-    named = [(n, p) for n, p in model.named_parameters()]
-    if trainer.is_deepspeed_enabled and hasattr(named[0][1], "ds_id"):
-        import deepspeed
-
-        with deepspeed.zero.GatheredParameters([p for _, p in named]):
-            return {n: p.detach().clone() for n, p in named}
-    return {n: (p.full_tensor() if is_dtensor(p) else p).detach().clone() for n, p in named}
-
-
-def digest(tensors: dict[str, torch.Tensor]) -> str:
-    h = hashlib.sha256()
-    for name in sorted(tensors):
-        h.update(name.encode())
-        h.update(tensors[name].contiguous().view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
-
-
-def sharding_of(trainer) -> dict:
-    """What the run really was: the engine / wrapper and how one attention weight is held on this rank."""
-    from torch.distributed.fsdp import FSDPModule
-
-    name, param = next((n, p) for n, p in trainer.model.named_parameters() if "q_proj" in n and "weight" in n)
-    out = {"param": name, "wrapped": type(trainer.model_wrapped).__name__, "model": type(trainer.model).__name__}
-    out["distributed_type"] = str(trainer.accelerator.distributed_type)
-    if trainer.is_deepspeed_enabled:
-        out["zero_stage"] = trainer.model_wrapped.zero_optimization_stage()
-    if hasattr(param, "ds_id"):
-        out.update(ds_shape=list(param.ds_shape), ds_local_numel=param.ds_tensor.numel(), ds_numel=param.ds_numel)
-    out["fsdp_module"] = isinstance(trainer.model, FSDPModule)
-    out["not_dtensor"] = [n for n, p in trainer.model.named_parameters() if not is_dtensor(p)]
-    out["all_dtensor"] = not out["not_dtensor"]
-    if is_dtensor(param):
-        out.update(
-            placements=[str(p) for p in param.placements],
-            local_shape=list(param.to_local().shape),
-            full_shape=list(param.shape),
-        )
-    return out
-
-
-def logs_of(trainer) -> list[dict]:
-    """The per-step logs, without wall-clock values."""
-    return [
-        {k: v for k, v in log.items() if "time" not in k and "per_second" not in k}
-        for log in trainer.state.log_history
-        if "loss" in log
-    ]
+# full_params, digest, sharding_of, logs_of, summary: the method authors' kit (trl_rlvr_ext.testing.distributed)
 
 
 class ShardingProbe(TrainerCallback):
@@ -221,22 +152,6 @@ class ShardingProbe(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if self.sharding is None:
             self.sharding = sharding_of(self.trainer)
-
-
-def summary(trainer, sharding=None, **extra) -> dict:
-    params = full_params(trainer)
-    flat = torch.cat([p.double().flatten() for p in params.values()])
-    return {
-        "world_size": trainer.accelerator.num_processes,
-        # FSDP2 keeps the root module's parameters unsharded after a forward without backward (an evaluation
-        # callback's generate) until the next backward; the callbacks case reads them from a ShardingProbe instead
-        "sharding": sharding or sharding_of(trainer),
-        "logs": logs_of(trainer),
-        "param_digest": digest(params),
-        "param_sum": flat.sum().item(),
-        "param_abs_sum": flat.abs().sum().item(),
-        **extra,
-    }
 
 
 RESULTS: dict = {}
@@ -296,26 +211,6 @@ def case_acpo():
         **ACPO_NARROW,
     )
     return summary(trainer)
-
-
-def case_delta():
-    """DelTA: weights from a hooked no-grad forward pass of the (sharded) model, once per generation batch."""
-    return summary(grpo_run("delta", data=prompts(), num_iterations=2, learning_rate=0.1, token_credit="delta"))
-
-
-def case_rsi():
-    """RSI-S with quantile bounds: every rank's RSI values gathered at each loss computation (global thresholds)."""
-    return summary(
-        grpo_run(
-            "rsi",
-            data=prompts(),
-            num_iterations=2,
-            learning_rate=0.1,
-            rsi_selection="quantile",
-            rsi_quantile_low=0.2,
-            rsi_quantile_high=0.8,
-        )
-    )
 
 
 def case_poise():
@@ -596,8 +491,6 @@ CASES = {
     "nsr": case_nsr,
     "nsr_expected": lambda: case_nsr("nsr_expected"),
     "acpo": case_acpo,
-    "delta": case_delta,
-    "rsi": case_rsi,
     "poise": case_poise,
     "acpo_nsr_delta": case_acpo_nsr_delta,
     "self": case_self,
@@ -638,6 +531,8 @@ def main() -> None:
     if PHASE == "main":
         for name in PER_MODE[MODE]:
             record(name, CASES[name])
+        if os.environ.get(KIT_CASES) and ONLY is None:  # the kit's cases (test_sharding.py), in the same processes
+            run_cases(MODE, MODEL, os.environ[KIT_CASES], OUT)
         record("resume_uninterrupted", lambda: resume_summary(resume_run()))
         if ONLY is None or "resume_killed" in ONLY:
             KILLING = True

@@ -16,6 +16,7 @@ import ast
 import builtins
 import importlib
 import inspect
+import textwrap
 from pathlib import Path
 
 from .markers import AnchorError, global_names, reapply_blocks, strip_marked_blocks
@@ -100,6 +101,17 @@ def render_copy(upstream: type, ours: str, methods: dict[str, str]) -> str:
     header = _HEADER.format(version=trl.__version__, name=upstream.__name__, ours=ours, imports=import_line)
     body = "\n".join(methods.values())
     return f"{header}{body}\n\nCOPY = {upstream.__name__}Copy\n"
+
+
+def same_code(a: str, b: str) -> bool:
+    """Whether two sources (of a method, at any indentation) are the same code: equal up to comments and formatting
+    (their syntax trees are equal; a docstring is code here)."""
+    return ast.dump(ast.parse(textwrap.dedent(a))) == ast.dump(ast.parse(textwrap.dedent(b)))
+
+
+def same_methods(a: dict[str, str], b: dict[str, str]) -> bool:
+    """`same_code` for every method of two copies (`read_copy` / `parse_copy`), which hold the same methods."""
+    return a.keys() == b.keys() and all(same_code(a[name], b[name]) for name in a)
 
 
 def reapply_file(path: Path) -> tuple[str, list[str]]:

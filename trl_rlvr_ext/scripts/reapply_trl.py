@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .._trl.reapply import COPY_FILES, AnchorError, reapply_file
+from .._trl.reapply import COPY_FILES, AnchorError, parse_copy, read_copy, reapply_file, same_methods
 
 
 # The folder holding the version sub-packages of the copies (trl_rlvr_ext/_trl)
@@ -23,7 +23,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m trl_rlvr_ext.scripts.reapply_trl",
         description="Re-apply the marked blocks of our TRL copies to the installed TRL's source.",
     )
-    parser.add_argument("--source", default="v1_16", help="sub-package whose copies hold the blocks (e.g. v1_16)")
+    parser.add_argument(
+        "--source",
+        default="v1_16",
+        help="sub-package whose copies hold the blocks (e.g. v1_16); a copy it lacks is read from v1_16",
+    )
     parser.add_argument(
         "--target", default=None, help="sub-package to write (default: the installed TRL's minor, e.g. v1_17)"
     )
@@ -44,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     files = {target_dir / "__init__.py": f'"""Copies of TRL {trl.__version__} methods (see `trl_rlvr_ext._trl`)."""\n'}
     all_notes = []
     for name in COPY_FILES:
+        source = source_dir / name if (source_dir / name).is_file() else COPIES_ROOT / "v1_16" / name
         try:
-            text, notes = reapply_file(source_dir / name)
+            text, notes = reapply_file(source)
         except AnchorError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
@@ -53,6 +58,15 @@ def main(argv: list[str] | None = None) -> int:
         all_notes.extend(notes)
     for note in all_notes:
         print(f"review: {note}")
+    for name in COPY_FILES:  # one copy per code: a release whose methods differ only in comments shares a copy
+        new = parse_copy(files[target_dir / name])
+        for other in sorted(p for p in COPIES_ROOT.glob(f"v*/{name}") if p.parent.name != target):
+            if same_methods(new, read_copy(other)):
+                print(
+                    f"same code: {name} differs from {other.parent.name}/{name} only in comments or formatting: map "
+                    f"{trl_minor()!r} to {other.parent.name!r} for {name.removesuffix('.py')} in TRL_COPIES instead "
+                    f"of keeping {target}/{name}."
+                )
     changed = [path for path, text in files.items() if not path.is_file() or path.read_text() != text]
     if args.check:
         for path in changed:
