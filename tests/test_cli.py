@@ -380,7 +380,6 @@ def test_console_script_and_package_data_are_declared():
     assert json.dumps(sorted(cli.COMMANDS)) == json.dumps(
         sorted(
             [
-                "baselines",
                 "curate",
                 "demo",
                 "dpo",
@@ -389,9 +388,7 @@ def test_console_script_and_package_data_are_declared():
                 "recipes",
                 "relex",
                 "score-behavior",
-                "screen",
                 "setup-vllm-cpu",
-                "study",
                 "vllm-serve",
             ]
         )
