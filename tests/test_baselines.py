@@ -11,7 +11,7 @@ import pytest
 
 from lab.studies import baselines, trivial_policies
 from trl_rlvr_ext.data import load_named_dataset
-from trl_rlvr_ext.evaluation.pass_at_k import pass_at_k_curve
+from trl_rlvr_ext.evaluation.estimators import pass_at_k_curve
 from trl_rlvr_ext.rewards import get_reward_func
 
 

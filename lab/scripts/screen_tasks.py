@@ -133,7 +133,7 @@ def screen_candidate(dataset_name: str, model, tokenizer, model_name: str, setti
     """The screening record of one candidate: the base's per-problem counts and pass@k (with 95 % intervals over
     problems), and each trivial policy's mean pass@k over `TRIVIAL_SEEDS`, on the same problems and reward."""
     from trl_rlvr_ext.evaluation import evaluate_pass_at_k
-    from trl_rlvr_ext.evaluation.pass_at_k import pass_at_k_curve
+    from trl_rlvr_ext.evaluation.estimators import pass_at_k_curve
     from trl_rlvr_ext.rewards import get_reward_func
     from trl_rlvr_ext.sampling import SamplingSettings
 

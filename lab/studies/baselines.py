@@ -129,7 +129,7 @@ def baseline_records(
     ``"trivial_<policy>"``, in a mixture ``"trivial_<policy>+<policy>"``), on the first ``eval_problems`` held-out
     problems of ``dataset``; ``studies`` says whose evaluation sets these are; ``only_strongest``: only the first
     policy. Empty when the task has no trivial policy."""
-    from trl_rlvr_ext.evaluation.pass_at_k import pass_at_k_curve
+    from trl_rlvr_ext.evaluation.estimators import pass_at_k_curve
     from trl_rlvr_ext.rewards import get_reward_func
 
     rows = eval_rows(dataset, eval_problems)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trl_rlvr_ext.evaluation.pass_at_k import pass_at_k
+from trl_rlvr_ext.evaluation.estimators import pass_at_k
 
 from .design import Column
 from .markdown import mean_sd, row, table

@@ -12,7 +12,7 @@ import statistics
 def stratum_pass_at_k(record: dict, eval_strata: list[str], ks=None) -> dict[str, dict]:
     """``{stratum: {"problems": n, "pass_at_k": {k: value}}}`` of one record; ``eval_strata[i]`` is the stratum of its
     ``i``-th evaluated problem (the record's ``num_correct`` order). ``ks``: default 1, 2, 4, ... up to n."""
-    from trl_rlvr_ext.evaluation.pass_at_k import pass_at_k_curve
+    from trl_rlvr_ext.evaluation.estimators import pass_at_k_curve
 
     if len(eval_strata) != len(record["num_correct"]):
         raise ValueError(
