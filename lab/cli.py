@@ -5,7 +5,7 @@ of `lab.scripts` with ``cli_main(argv)``.
     python -m lab study report all --check                # every evidence page equals what its records render
     python -m lab baselines --records docs/evidence/data --out docs/evidence/data/trivial.jsonl
     python -m lab screen --render                         # the screening page from its records
-    python -m lab real-model-demo --render                # the real-model demo's page from its records
+    python -m lab real-model-demo                         # the real-model demo's page from its records
 
 The records keep the commands as they were typed: a recorded ``trl-rlvr-ext study ...``, ``trl-rlvr-ext baselines
 ...`` or ``trl-rlvr-ext screen ...`` reruns from a clone as ``python -m lab study ...`` (``baselines``, ``screen``)

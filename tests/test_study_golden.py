@@ -152,8 +152,10 @@ def test_golden_copies_hold_under_avx2_kernels(tmp_path):
     import sys
 
     out = tmp_path / "is_dpo"
-    command = [sys.executable, "-m", "trl_rlvr_ext.cli", "study", "is_dpo", "--quick", *RUNS["is_dpo"]]
-    env = {**os.environ, **AVX2_KERNELS, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "lab", "study", "is_dpo", "--quick", *RUNS["is_dpo"]]
+    root = str(Path(__file__).resolve().parents[1])  # the lab runs from the clone
+    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, **AVX2_KERNELS, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
     probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
     capability = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert capability.stdout.strip() in ("AVX2", "DEFAULT"), capability.stdout  # the cap took effect

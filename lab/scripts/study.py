@@ -244,9 +244,11 @@ def _run_workers(argv: list[str], units: list[tuple[int, list[str]]], workers: i
     with ``--workers 1``): a unit starts as soon as a process slot is free, in the units' order. Their output lines are
     prefixed with their unit; fails, once every unit has run, naming the units that failed. Each records ``recorded``
     (the one typed) in its results, not its own."""
+    import os
     import subprocess
     import threading
     import time
+    from pathlib import Path
 
     def strip(args: list[str]) -> list[str]:  # ``argv`` without --seeds / --arms / --workers / --records
         out, skip = [], False
@@ -263,10 +265,16 @@ def _run_workers(argv: list[str], units: list[tuple[int, list[str]]], workers: i
         for line in process.stdout:
             print(f"[{label}] {line}", end="", flush=True)
 
+    # the workers run `python -m lab` too, from wherever this one was started: the lab's clone goes first on their path
+    clone = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (clone, os.environ.get("PYTHONPATH", "")) if p)}
+
     def start(seed: int, arms: list[str]):
         command = [sys.executable, "-m", "lab", "study", *strip(argv), "--seeds", str(seed)]
         command += ["--arms", ",".join(arms), "--workers", "1", "--recorded_command", recorded]
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env
+        )
         label = f"seed {seed}: {','.join(arms)}"
         print(f"[worker] {label}: pid {process.pid}", flush=True)
         thread = threading.Thread(target=relay, args=(label, process), daemon=True)
