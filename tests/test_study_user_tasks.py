@@ -86,8 +86,8 @@ def test_the_clis_own_example_of_a_users_task_draws_its_splits():
     task loads (an earlier example, count_bits with max_n=63, had too few distinct problems for the default splits)."""
     import re
 
+    from lab.scripts import study
     from trl_rlvr_ext.data import load_named_dataset
-    from trl_rlvr_ext.scripts import study
 
     examples = set(re.findall(r"'(reasoning_gym:[^']+)'", (study.__doc__ or "") + study.make_parser().format_help()))
     assert examples
