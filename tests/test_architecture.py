@@ -1,4 +1,5 @@
-"""The package's floors: no module imports a floor above its own, and the packages form no import cycle.
+"""The package's floors: no module imports a floor above its own, and the packages form no import cycle; the lab
+(`lab/`, outside the package) imports the package, never the reverse.
 
 Every ``import``/``from ... import`` of ``trl_rlvr_ext`` anywhere in a module counts, lazy imports inside functions
 included: a lazy import still ties the lower floor to the upper one. See CONTRIBUTING.md for where code goes.
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 
 
-PACKAGE = Path(__file__).resolve().parents[1] / "trl_rlvr_ext"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "trl_rlvr_ext"
+LAB = ROOT / "lab"
 
 # Lowest floor first. A unit may import units of lower floors only (units on one floor may not import each other).
 FLOORS = [
@@ -29,16 +32,17 @@ FLOORS = [
     ("evaluation",),  # pass@k, evaluator, callbacks
     ("curation",),  # samplers, state, online controller, offline scoring
     ("grpo", "dpo"),  # configs and trainers
-    ("studies", "testing"),  # the evidence runner (arms x seeds -> tables, plots) and its warm-started bases; the
-    # method authors' test kit
+    ("gym_bases", "testing"),  # warm-started tiny bases for reasoning-gym tasks (and their regime: pass@k, spread,
+    # chance); the method authors' test kit
     ("__init__",),  # the public API
     ("scripts",),  # every command line
     ("cli",),  # dispatch only
 ]
 FLOOR = {unit: level for level, units in enumerate(FLOORS) for unit in units}
-# The embedded default is reached through the data resolver (`toy:` names), the studies, the command lines and the
-# method authors' test kit (its tiny model), never directly by evaluation, curation or the trainers.
-ONLY_IMPORTED_BY = {"toy": {"data", "studies", "scripts", "testing"}}
+# The embedded default is reached through the data resolver (`toy:` names), the reasoning-gym bases (the toy's model
+# warm-started on a task), the command lines and the method authors' test kit (its tiny model), never directly by
+# evaluation, curation or the trainers.
+ONLY_IMPORTED_BY = {"toy": {"data", "gym_bases", "scripts", "testing"}}
 
 
 def _unit(module: str) -> str:
@@ -131,17 +135,49 @@ def test_the_packages_form_no_cycle():
     assert not cycle, "Import cycle: " + " -> ".join(cycle)
 
 
-# ---------------------------------------------------------------- inside the studies
-# The studies are a generic engine (the modules directly in `studies/`: the design, the run loop, records, statistics
-# and verdicts, the page engine, Markdown, the registry, the shared tasks) and one package per study. The engine names
-# no study (the registry names their packages as strings and imports them on demand), a study never imports another,
-# and no module of the studies is part of an import cycle.
-STUDIES = PACKAGE / "studies"
+def _imported_modules(path: Path) -> list[tuple[str, int]]:
+    """(absolute module name, line) of every import in ``path``; relative imports count as the package's own."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            out.append((node.module or "", node.lineno))
+        elif isinstance(node, ast.Import):
+            out += [(alias.name, node.lineno) for alias in node.names]
+        elif (  # importlib.import_module("lab...") / __import__("lab...")
+            isinstance(node, ast.Call)
+            and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            out.append((node.args[0].value, node.lineno))
+    return out
+
+
+def test_the_package_never_imports_the_lab():
+    """The lab (the evidence studies, their commands and pages) is not in the wheel: a package module that imported
+    it would fail on every installed copy. The dependency runs one way: `lab` imports `trl_rlvr_ext`."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{line}: imports {name}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for name, line in _imported_modules(path)
+        if name == "lab" or name.startswith("lab.")
+    ]
+    assert not bad, "\n".join(bad)
+    assert (LAB / "__init__.py").is_file() and not (PACKAGE / "studies").exists()
+
+
+# ---------------------------------------------------------------- inside the studies (the lab)
+# The studies are a generic engine (the modules directly in `lab/studies/`: the design, the run loop, records,
+# statistics and verdicts, the page engine, Markdown, the registry, the shared tasks) and one package per study. The
+# engine names no study (the registry names their packages as strings and imports them on demand), a study never
+# imports another, and no module of the studies is part of an import cycle.
+STUDIES = LAB / "studies"
 STUDY_FILE_LINES = 420  # "no file over about 400 lines": a longer one is split by what it does
 
 
 def _studies_module(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -164,12 +200,12 @@ def studies_edges() -> list[tuple[str, str, str]]:
                 continue
             for target in targets:
                 if target in modules and target != module:
-                    edges.append((module, target, f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"))
+                    edges.append((module, target, f"{path.relative_to(ROOT)}:{node.lineno}"))
     return edges
 
 
 def _study_of(module: str) -> str | None:
-    """The study a module belongs to (its package ``trl_rlvr_ext.studies.<name>_study``), or None for the engine. A
+    """The study a module belongs to (its package ``lab.studies.<name>_study``), or None for the engine. A
     ``<name>_study`` module counts as a study too, as does any subpackage: both are a study's code, not the engine's."""
     parts = module.split(".")
     if len(parts) > 2 and ((STUDIES / parts[2]).is_dir() or parts[2].endswith("_study")):
@@ -195,7 +231,7 @@ def test_the_studies_modules_form_no_cycle():
 
 def test_no_file_of_the_studies_is_over_about_400_lines():
     long = {
-        str(p.relative_to(PACKAGE.parent)): n
+        str(p.relative_to(ROOT)): n
         for p in sorted(STUDIES.rglob("*.py"))
         if (n := len(p.read_text().splitlines())) > STUDY_FILE_LINES
     }

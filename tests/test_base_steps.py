@@ -1,4 +1,4 @@
-"""The base-steps calibration (`trl_rlvr_ext.studies.base_steps`): its ladder, settings and rule by hand, and the
+"""The base-steps calibration (`lab.studies.base_steps`): its ladder, settings and rule by hand, and the
 runner's warm-start overrides (`Setting.base`) that its runs use."""
 
 import dataclasses
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from trl_rlvr_ext.studies import base_steps
-from trl_rlvr_ext.studies.gym_bases import pass_rate_spread
+from lab.studies import base_steps
+from trl_rlvr_ext.gym_bases import pass_rate_spread
 
 
 def test_pass_rate_spread_by_hand():
@@ -37,7 +37,7 @@ def test_ladders_first_grids_and_settings():
         "--out_dir <dir>/base_steps200"
     )
     # the self study runs them (an unknown setting would fail before anything ran)
-    from trl_rlvr_ext.studies import get_study
+    from lab.studies import get_study
 
     assert set(base_steps.SETTINGS) <= set(get_study("self").settings)
 
@@ -115,8 +115,8 @@ def test_the_rule_refuses_repeated_wrong_and_off_ladder_records():
 def test_a_setting_overrides_the_warm_start_of_a_task_that_takes_it(tmp_path, monkeypatch):
     """`Setting.base` reaches the task's ``base_model`` as keyword arguments and is recorded; a task whose base takes
     none is refused with the fix."""
-    from trl_rlvr_ext.studies import get_study, runner
-    from trl_rlvr_ext.studies.runner import Setting
+    from lab.studies import get_study, runner
+    from lab.studies.runner import Setting
 
     study = get_study("self")
     study = dataclasses.replace(study, settings={"longer": Setting("longer", base={"num_steps": 7, "seed": 100})})
@@ -142,11 +142,11 @@ def test_a_setting_overrides_the_warm_start_of_a_task_that_takes_it(tmp_path, mo
 
 
 def test_a_preset_base_takes_the_overrides_over_its_own_settings(monkeypatch):
-    from trl_rlvr_ext.studies import get_study
+    from lab.studies import get_study
 
     calls = []
     monkeypatch.setattr(
-        "trl_rlvr_ext.studies.gym_bases.get_gym_base_model_path", lambda **settings: calls.append(settings) or "path"
+        "trl_rlvr_ext.gym_bases.get_gym_base_model_path", lambda **settings: calls.append(settings) or "path"
     )
     study = get_study("self")
     assert study.tasks["number_sorting"].base_model(False, num_steps=800, seed=100) == "path"
@@ -158,7 +158,7 @@ def test_a_preset_base_takes_the_overrides_over_its_own_settings(monkeypatch):
 
 
 def test_export_takes_several_out_dirs_and_orders_settings(tmp_path):
-    from trl_rlvr_ext.studies.records import export_records
+    from lab.studies.records import export_records
 
     for setting in ("base_steps800", "base_steps200"):
         run = tmp_path / setting / "chain_sum" / "base" / "seed100"
@@ -174,7 +174,7 @@ def test_export_takes_several_out_dirs_and_orders_settings(tmp_path):
 def test_the_calibration_block_renders_the_candidates_and_the_rules_choice(tmp_path):
     from study_records import write_records
 
-    from trl_rlvr_ext.studies.self_study.pages import BASE_STEPS_RECORDS, base_steps_block
+    from lab.studies.self_study.pages import BASE_STEPS_RECORDS, base_steps_block
 
     declared = base_steps_block(None, {}, tmp_path)["base_steps"]
     assert declared.startswith("Declared, not run yet") and f"`{base_steps.COMMANDS[-1]}`" in declared
@@ -196,8 +196,8 @@ def test_the_calibration_block_renders_the_candidates_and_the_rules_choice(tmp_p
 def test_the_chosen_steps_are_the_rules_choice_on_the_committed_records():
     from pathlib import Path
 
-    from trl_rlvr_ext.studies.report import load_records
-    from trl_rlvr_ext.studies.self_study.pages import BASE_STEPS_RECORDS
+    from lab.studies.report import load_records
+    from lab.studies.self_study.pages import BASE_STEPS_RECORDS
 
     records = load_records(Path(__file__).parent.parent / BASE_STEPS_RECORDS)
     for task in base_steps.STEPS_IN_USE:
@@ -213,7 +213,7 @@ def test_the_chosen_steps_are_the_rules_choice_on_the_committed_records():
 
 
 def test_the_bases_in_use_are_named_by_their_digest_and_the_unvalidated_one_is_marked():
-    from trl_rlvr_ext.studies.gym_bases import GymWarmStartSettings
+    from trl_rlvr_ext.gym_bases import GymWarmStartSettings
 
     for task, digest in base_steps.DIGEST_IN_USE.items():
         preset = base_steps.PRESET_OF[task]
@@ -225,7 +225,7 @@ def test_the_bases_in_use_are_named_by_their_digest_and_the_unvalidated_one_is_m
 
 
 def test_the_validated_settings_run_only_their_task_on_the_chosen_base(tmp_path):
-    from trl_rlvr_ext.studies import get_study, is_dpo_study, runner, self_study
+    from lab.studies import get_study, is_dpo_study, runner, self_study
 
     name = base_steps.validated_setting("number_sorting")
     for study_name in ("self", "is_dpo"):
@@ -242,11 +242,9 @@ def test_the_validated_settings_run_only_their_task_on_the_chosen_base(tmp_path)
 
 
 def test_the_preference_data_of_another_base_have_their_own_key(monkeypatch):
-    from trl_rlvr_ext.studies import get_study, is_dpo_study
+    from lab.studies import get_study, is_dpo_study
 
-    monkeypatch.setattr(
-        "trl_rlvr_ext.studies.gym_bases.get_gym_base_model_path", lambda **s: f"bases/{s['num_steps']}"
-    )
+    monkeypatch.setattr("trl_rlvr_ext.gym_bases.get_gym_base_model_path", lambda **s: f"bases/{s['num_steps']}")
     task, sizes = get_study("is_dpo").tasks["number_sorting"], is_dpo_study.IS_DPO_SIZES
     assert is_dpo_study.data._data_settings(task, sizes, False)["base_model"] == "bases/400"
     assert is_dpo_study.data._data_settings(task, sizes, False, {"num_steps": 800})["base_model"] == "bases/800"
@@ -255,9 +253,9 @@ def test_the_preference_data_of_another_base_have_their_own_key(monkeypatch):
 def test_the_chosen_base_records_ran_their_declared_commands_on_that_base():
     from pathlib import Path
 
-    from trl_rlvr_ext.studies import is_dpo_study, self_study
-    from trl_rlvr_ext.studies.gym_bases import GymWarmStartSettings
-    from trl_rlvr_ext.studies.report import load_records
+    from lab.studies import is_dpo_study, self_study
+    from lab.studies.report import load_records
+    from trl_rlvr_ext.gym_bases import GymWarmStartSettings
 
     digest = GymWarmStartSettings(dataset="number_sorting", num_steps=base_steps.CHOSEN["number_sorting"]).digest()
     data = Path(__file__).parent.parent / "docs/evidence/data"

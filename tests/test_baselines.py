@@ -1,4 +1,4 @@
-"""Trivial-policy baselines (`trl_rlvr_ext.studies.baselines`, the policies in `trl_rlvr_ext.studies.trivial_policies`):
+"""Trivial-policy baselines (`lab.studies.baselines`, the policies in `lab.studies.trivial_policies`):
 each guess by hand, graded by the task's own reward, the records' schema, and the committed
 ``docs/evidence/data/trivial.jsonl`` against the studies' evaluation sets."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from lab.studies import baselines, trivial_policies
 from trl_rlvr_ext.data import load_named_dataset
-from trl_rlvr_ext.evaluation.pass_at_k import pass_at_k_curve
+from trl_rlvr_ext.evaluation.estimators import pass_at_k_curve
 from trl_rlvr_ext.rewards import get_reward_func
-from trl_rlvr_ext.studies import baselines, trivial_policies
 
 
 pytest.importorskip("reasoning_gym", reason="needs the [gym] extra (installed by the dev extra)")
@@ -105,7 +105,7 @@ def test_records_schema_determinism_and_the_mixture_per_task():
 
 
 def test_committed_trivial_records_cover_every_evaluation_set_and_reproduce():
-    from trl_rlvr_ext.scripts.study_baselines import STUDIES, read_records
+    from lab.scripts.study_baselines import STUDIES, read_records
 
     # every records file the CLI reads (gzip-compressed ones included), the trivial records themselves left out as the
     # CLI leaves them out; records of other kinds (the screening's, the demo's) carry no arm and are not study runs
@@ -153,7 +153,7 @@ def test_committed_trivial_records_cover_every_evaluation_set_and_reproduce():
 
 
 def test_cli_writes_the_records_of_each_evaluation_set(tmp_path):
-    from trl_rlvr_ext.cli import main
+    from lab.cli import main
 
     dataset = CHAIN
     run = {"study": "self", "task": "mine", "arm": "base", "seed": 0, "quick": False, "dataset": dataset}
@@ -169,7 +169,7 @@ def test_cli_writes_the_records_of_each_evaluation_set(tmp_path):
         (f"trivial_{name}", seed) for name in ("random_signs", "uniform_support", "copy_term") for seed in (0, 1)
     ]
     assert all(r["evaluates"]["studies"] == ["self"] and len(r["num_correct"]) == 3 for r in written)
-    assert written[0]["command"].startswith("trl-rlvr-ext baselines --records ")
+    assert written[0]["command"].startswith("python -m lab baselines --records ")
 
 
 def test_runs_measured_on_the_validation_problems_make_no_evaluation_set():

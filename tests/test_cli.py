@@ -35,6 +35,19 @@ def _subprocess_env():
     return {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
 
 
+def _run_python(code: str, cwd, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python -c code`` in a fresh interpreter (this one's), in ``cwd``, with `_subprocess_env`."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=_subprocess_env(),
+        cwd=cwd,
+        timeout=timeout,
+    )
+
+
 # ---------------------------------------------------------------- --help
 @pytest.mark.parametrize("command", list(cli.COMMANDS))
 def test_help_imports_no_heavy_module(command, tmp_path):
@@ -45,15 +58,7 @@ def test_help_imports_no_heavy_module(command, tmp_path):
         "assert code in (0, None), code\n"
         f"print('HEAVY', [m for m in {HEAVY_MODULES!r} if m in sys.modules])\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=_subprocess_env(),
-        cwd=tmp_path,
-        timeout=120,
-    )
+    result = _run_python(code, tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "HEAVY []" in result.stdout, result.stdout[-500:]
     assert "usage:" in result.stdout
@@ -337,17 +342,26 @@ def test_the_kernels_offline_notice_for_that_kernel_only_is_held(caplog):
     _compat.hold_bitsandbytes_kernel_notice()
 
 
-def test_importing_the_trainers_prints_no_bitsandbytes_line(tmp_path):
-    code = "import trl_rlvr_ext\nfrom trl_rlvr_ext import RLVRGRPOConfig, ISDPOConfig\nprint('ok')"
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=_subprocess_env(),
-        cwd=tmp_path,
-        timeout=300,
+def test_importing_the_package_leaves_other_libraries_logging_alone(tmp_path):
+    """A library changes no other library's behaviour at import: `import trl_rlvr_ext`, and the trainers it exports,
+    add no filter to the bitsandbytes / kernels loggers (the commands hold their notice: the test below)."""
+    code = (
+        "import logging\n"
+        "names = ['bitsandbytes', 'bitsandbytes.backends.cpu.ops', 'kernels', 'kernels._internals.hf_hub']\n"
+        "before = [list(logging.getLogger(n).filters) for n in names]\n"
+        "import trl_rlvr_ext\n"
+        "print('package', [list(logging.getLogger(n).filters) for n in names] == before)\n"
+        "from trl_rlvr_ext import RLVRGRPOConfig, ISDPOConfig\n"
+        "print('trainers', [list(logging.getLogger(n).filters) for n in names] == before)\n"
     )
+    result = _run_python(code, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "package True" in result.stdout and "trainers True" in result.stdout, result.stdout
+
+
+def test_the_commands_print_no_bitsandbytes_line(tmp_path):
+    code = "import trl_rlvr_ext.scripts\nfrom trl_rlvr_ext import RLVRGRPOConfig, ISDPOConfig\nprint('ok')"
+    result = _run_python(code, tmp_path)
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-2000:]
     assert "gemm_4bit_forward" not in result.stderr and "kernels" not in result.stderr
 
@@ -380,7 +394,6 @@ def test_console_script_and_package_data_are_declared():
     assert json.dumps(sorted(cli.COMMANDS)) == json.dumps(
         sorted(
             [
-                "baselines",
                 "curate",
                 "demo",
                 "dpo",
@@ -389,9 +402,7 @@ def test_console_script_and_package_data_are_declared():
                 "recipes",
                 "relex",
                 "score-behavior",
-                "screen",
                 "setup-vllm-cpu",
-                "study",
                 "vllm-serve",
             ]
         )

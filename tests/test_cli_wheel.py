@@ -55,6 +55,28 @@ def test_wheel_contains_the_recipes_and_accelerate_configs(wheel):
     assert "trl-rlvr-ext = trl_rlvr_ext.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
+# The product, not the lab: the wheel's Python stays under this many lines (issue 45: it was 30,432 with the studies)
+WHEEL_PYTHON_LINES = 25_000
+# What only the lab holds: the studies' designs, seeds, settings and pages, and their commands
+LAB_MARKERS = ("lab/", "trl_rlvr_ext/studies/", "_study/", "scripts/study.py", "scripts/screen_tasks.py")
+
+
+def test_wheel_holds_the_product_not_the_lab(wheel):
+    """No module of `lab` (nor the studies' old home) ships, no study design, and at most `WHEEL_PYTHON_LINES` lines of
+    Python in all."""
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    shipped = [n for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))]
+    assert all(n.startswith("trl_rlvr_ext/") for n in shipped), sorted({n.split("/")[0] for n in shipped})
+    lab = [n for n in shipped if any(marker in n for marker in LAB_MARKERS)]
+    assert not lab, f"lab code in the wheel: {lab[:10]}"
+    for design_name in ("EXTENSION_SEEDS", "CONFIRM_SEEDS", "CLIP_REGIME", "make_study"):
+        holders = [n for n in shipped if n.endswith(".py") and design_name in archive.read(n).decode()]
+        assert not holders, f"{design_name} (a study design) is in the wheel: {holders}"
+    lines = sum(len(archive.read(n).decode().splitlines()) for n in shipped if n.endswith(".py"))
+    assert 10_000 < lines <= WHEEL_PYTHON_LINES, f"the wheel holds {lines} lines of Python"
+
+
 @pytest.mark.slow
 def test_fresh_install_trains_a_packaged_recipe_from_an_empty_directory(wheel, tmp_path):
     env_dir = tmp_path / "venv"

@@ -13,8 +13,9 @@ from trl_rlvr_ext.tasks.countdown import countdown_solutions, entry_solutions, r
 
 pytest.importorskip("reasoning_gym", reason="needs the [gym] extra (installed by the dev extra)")
 
-from trl_rlvr_ext.studies import baselines, gym_bases
-from trl_rlvr_ext.studies.gym_bases import GymWarmStartSettings
+from lab.studies import baselines
+from trl_rlvr_ext import gym_bases
+from trl_rlvr_ext.gym_bases import GymWarmStartSettings
 
 
 SMALL = (
@@ -89,7 +90,7 @@ def test_gold_of_every_preset_train_problem_is_enumerated():
     # the point of the preset: most problems have several solutions (median 6 when this was written)
     assert sorted(counts)[len(counts) // 2] >= 4 and sum(c >= 2 for c in counts) / len(counts) > 0.9
     # the generation budget holds every solution a varied base was shown: <answer>...</answer> + EOS
-    from trl_rlvr_ext.studies import get_study
+    from lab.studies import get_study
 
     longest = max(len(s) for e in train["entry"] for s in entry_solutions(json.loads(e)))
     assert len("<answer></answer>") + longest + 1 <= get_study("self").tasks["countdown"].max_completion_length
@@ -186,7 +187,7 @@ def test_trivial_baseline_is_graded_by_the_reward(small):
 
 @pytest.mark.slow
 def test_quick_nsr_study_on_countdown(tmp_path):
-    from trl_rlvr_ext.cli import main
+    from lab.cli import main
 
     out = tmp_path / "nsr"
     args = ["study", "nsr", "--quick", "--tasks", "countdown", "--arms", "none", "--seeds", "0", "--out_dir", str(out)]
@@ -241,7 +242,7 @@ def test_compact_refuses_what_it_cannot_do(name, message):
 
 
 def test_compact_design_is_countdowns_with_the_prompt_and_steps_changed():
-    from trl_rlvr_ext.studies import nsr_study, self_study
+    from lab.studies import nsr_study, self_study
 
     assert gym_bases.PRESETS["countdown_compact"] == gym_bases.PRESETS["countdown"].replace(
         "strip_template=true", "compact=true"

@@ -1,5 +1,5 @@
 """``trl-rlvr-ext demo --model NAME``: the dispatch from the toy demo, the option checks, the crossed interval over
-seeds and problems by hand, and the committed page against its records."""
+seeds and problems by hand, and the committed page against its records (``python -m lab real-model-demo``)."""
 
 import json
 from pathlib import Path
@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lab.scripts import real_model_demo
+from trl_rlvr_ext.evaluation.paired import crossed_percentile_interval
 from trl_rlvr_ext.scripts import demo, demo_pretrained
 
 
@@ -52,16 +54,16 @@ def test_method_options_are_real_config_fields():
 
 def test_crossed_interval_by_hand():
     # one seed, every problem gains the same: the interval is that gain exactly
-    assert demo_pretrained.crossed_interval(np.full((1, 5), 0.25)) == (0.25, 0.25)
+    assert crossed_percentile_interval(np.full((1, 5), 0.25)) == (0.25, 0.25)
     # seeds that disagree: resampling seeds must widen the interval past the problems' spread alone
     gains = np.array([[0.1, 0.1, 0.1, 0.1], [0.5, 0.5, 0.5, 0.5]])
-    low, high = demo_pretrained.crossed_interval(gains, resamples=4000)
+    low, high = crossed_percentile_interval(gains, num_resamples=4000)
     assert low == pytest.approx(0.1) and high == pytest.approx(0.5)
     # one shared problem draw: a problem that gains on every seed moves all seeds together
     rng = np.random.default_rng(0)
     problem_effect = rng.normal(0, 0.3, size=40)
     shared = np.stack([problem_effect, problem_effect])
-    low, high = demo_pretrained.crossed_interval(shared, resamples=4000)
+    low, high = crossed_percentile_interval(shared, num_resamples=4000)
     se = problem_effect.std(ddof=1) / np.sqrt(40)
     assert high - low == pytest.approx(2 * 1.96 * se, rel=0.15)  # not shrunk by the seed count
 
@@ -86,21 +88,21 @@ def _record(seed, before, after, quick=False):
 
 def test_page_verdict_follows_the_interval_and_quick_runs_are_left_out():
     rises = [_record(0, [0, 1, 2, 1], [4, 3, 4, 4]), _record(1, [1, 0, 1, 2], [3, 4, 4, 3])]
-    page = demo_pretrained.render_page(rises + [_record(2, [0] * 4, [0] * 4, quick=True)])
+    page = real_model_demo.render_page(rises + [_record(2, [0] * 4, [0] * 4, quick=True)])
     row = next(line for line in page.splitlines() if line.startswith("| m |"))
     # before: 4 of 16 correct on each seed (0.250); after: 15 and 14 of 16 (mean 0.906); mean gain 0.656
     assert "| 0, 1 |" in row and "**rises**" in row and "| 0.250 | 0.906 | +0.656 [" in row
     flat = [_record(0, [1, 2, 1, 2], [2, 1, 2, 1]), _record(1, [2, 1, 2, 1], [1, 2, 1, 2])]
-    assert "**inconclusive**" in demo_pretrained.render_page(flat)
+    assert "**inconclusive**" in real_model_demo.render_page(flat)
 
 
 def test_render_reproduces_the_committed_page(tmp_path):
-    records = ROOT / demo_pretrained.RECORDS
+    records = ROOT / real_model_demo.RECORDS
     if not records.is_file():
-        pytest.fail(f"{demo_pretrained.RECORDS} is missing: run the commands on {demo_pretrained.PAGE}.")
+        pytest.fail(f"{real_model_demo.RECORDS} is missing: run the commands on {real_model_demo.PAGE}.")
     page = tmp_path / "page.md"
-    assert demo_pretrained.cli_main(["--render", "--records", str(records), "--page", str(page)]) == 0
-    assert page.read_text() == (ROOT / demo_pretrained.PAGE).read_text()
+    assert real_model_demo.cli_main(["--records", str(records), "--page", str(page)]) == 0
+    assert page.read_text() == (ROOT / real_model_demo.PAGE).read_text()
     for line in records.read_text().splitlines():
         record = json.loads(line)
         assert record["command"].startswith("trl-rlvr-ext demo --model") and record["provenance"]["commit"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from docs_helpers import code_blocks, run_docs_page
 
+from lab.scripts.real_model_demo import RECORDS
 from trl_rlvr_ext.scripts import demo_pretrained
 
 
@@ -16,7 +17,7 @@ PAGE = ROOT / "docs" / "tutorials" / "real_model.md"
 
 
 def test_the_printed_output_is_the_records():
-    record = json.loads((ROOT / demo_pretrained.RECORDS).read_text().splitlines()[0])
+    record = json.loads((ROOT / RECORDS).read_text().splitlines()[0])
     assert record["seed"] == 0 and record["method"] == "none"
     printed = next(block.code for block in code_blocks(PAGE) if block.language == "text")
     default_dir = f"outputs/demo_{record['model']}_{record['method']}_seed{record['seed']}"

@@ -1,5 +1,5 @@
 """The evidence pages' hand-written prose states no number that their records do not back
-(`trl_rlvr_ext.studies.prose`): every number in the prose of a page is printed by one of its rendered blocks, or is
+(`lab.studies.prose`): every number in the prose of a page is printed by one of its rendered blocks, or is
 declared below with the reason it needs no record, and the declared settings and bounds are checked against the code
 and tests that hold them."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_rlvr_ext.studies.prose import canonical, numbers_in, prose_of, rendered_numbers, unbacked_numbers
+from lab.studies.prose import canonical, numbers_in, prose_of, rendered_numbers, unbacked_numbers
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,12 +17,15 @@ GENERATED = ("screening.md", "real_model_demo.md")
 
 # Why a number may stand in prose without a record, and where a test can check it (None: nothing to check against).
 KINDS = {
-    "setting": ("a setting declared in a study's code or the package's defaults", ROOT / "trl_rlvr_ext"),
+    "setting": (
+        "a setting declared in a study's code or the package's defaults",
+        (ROOT / "trl_rlvr_ext", ROOT / "lab"),
+    ),
     "bound": (
         "a bound that tests/test_verdicts.py asserts (as a fraction there)",
         ROOT / "tests" / "test_verdicts.py",
     ),
-    "rule": ("a constant of the verdict rule (its power and quantiles)", ROOT / "trl_rlvr_ext" / "studies"),
+    "rule": ("a constant of the verdict rule (its power and quantiles)", ROOT / "lab" / "studies"),
     "paper": ("a paper's own number, or its model's size", None),
     "reference": ("a citation's year, an issue's number, or a model's name", None),
     "arithmetic": ("a count that follows from the design by arithmetic (3 seeds have C(5, 3) = 10 resamples)", None),
@@ -75,7 +78,8 @@ def test_declared_numbers_are_used_and_checked_against_their_source():
             if source is None:
                 continue
             if source not in sources:
-                files = [source] if source.is_file() else sorted(source.rglob("*.py"))
+                roots = source if isinstance(source, tuple) else (source,)
+                files = [f for r in roots for f in ([r] if r.is_file() else sorted(r.rglob("*.py")))]
                 sources[source] = set().union(*(numbers_in(f.read_text()) for f in files))
             value = number if kind != "bound" else str(float(number) / 100)
             assert canonical(value) in sources[source], f"{page}: {number} ({kind}) is not in {source}"

@@ -1,4 +1,4 @@
-"""SELF's mechanisms judged by prediction (`trl_rlvr_ext.studies.mechanisms`): the unbiased winner-take-all on
+"""SELF's mechanisms judged by prediction (`lab.studies.mechanisms`): the unbiased winner-take-all on
 hand-computed records, the regression to the mean it avoids, and the prediction verdict on units with a known answer."""
 
 import math
@@ -7,7 +7,7 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from trl_rlvr_ext.studies.mechanisms import (
+from lab.studies.mechanisms import (
     difficulty_ranks,
     prediction,
     prediction_table_markdown,
@@ -198,8 +198,8 @@ def test_markdown_tables():
 
 
 def test_a_run_probed_only_at_step_0_has_no_end_of_training_probe():
-    from trl_rlvr_ext.studies.mechanisms import _last_probe
-    from trl_rlvr_ext.studies.records import end_probe
+    from lab.studies.mechanisms import _last_probe
+    from lab.studies.records import end_probe
 
     probed = {
         "boundary": [{"step": 0, "boundary/interference_frac": 0.0}, {"step": 20, "boundary/interference_frac": 0.3}]

@@ -279,7 +279,7 @@ def test_maj_at_one_is_the_share_of_answered_correct_samples():
 
 def test_majority_credits_sum_to_the_probability_that_anyone_answers():
     # the expected tie-break credits of all classes sum to P(some sample of the k votes) = 1 - C(n0, k) / C(n, k)
-    from trl_rlvr_ext.evaluation.pass_at_k import _majority_win_probabilities
+    from trl_rlvr_ext.evaluation.estimators import _majority_win_probabilities
 
     sizes, n = (1, 1, 2, 3, 3, 5), 20
     for k in (1, 2, 5, 9, 20):
@@ -372,5 +372,5 @@ def test_the_numpy_core_imports_without_torch():
     import subprocess
     import sys
 
-    code = "import sys, trl_rlvr_ext.evaluation.pass_at_k; assert 'torch' not in sys.modules, 'torch was imported'"
+    code = "import sys, trl_rlvr_ext.evaluation.estimators; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from trl_rlvr_ext.cli import main
-from trl_rlvr_ext.studies import StudyTask, get_study
-from trl_rlvr_ext.studies.judging import judge_parts
-from trl_rlvr_ext.studies.pages import PageSetting
-from trl_rlvr_ext.studies.pretrained_study import pilot_mde
-from trl_rlvr_ext.studies.pretrained_study.design import CLAIMS, COMMANDS, GROUPS, SEEDS, SELF_CLAIMS, SIZES
-from trl_rlvr_ext.studies.verdicts import Claim, minimum_detectable_effect
+from lab.cli import main
+from lab.studies import StudyTask, get_study
+from lab.studies.judging import judge_parts
+from lab.studies.pages import PageSetting
+from lab.studies.pretrained_study import pilot_mde
+from lab.studies.pretrained_study.design import CLAIMS, COMMANDS, GROUPS, SEEDS, SELF_CLAIMS, SIZES
+from lab.studies.verdicts import Claim, minimum_detectable_effect
 
 
 def test_design_declares_every_claim_arm_and_five_fresh_seeds():
@@ -41,7 +41,7 @@ def test_design_declares_every_claim_arm_and_five_fresh_seeds():
     assert study.tasks["products"].temperature == 0.7
     assert SIZES.steps_per_generation > 1  # rollouts are reused, so the clip rules act
     # the next methods train with their own option on and nothing else changed; what is not run says so
-    from trl_rlvr_ext.studies.pretrained_study import NEXT_METHODS, NOT_RUN
+    from lab.studies.pretrained_study import NEXT_METHODS, NOT_RUN
 
     assert study.arms["rsi_s"].config == {
         "rsi_selection": "quantile",
@@ -85,7 +85,7 @@ def test_pilot_mde_by_hand():
 
 
 def test_seed_spread_by_hand():
-    from trl_rlvr_ext.studies.pretrained_study.pages import seed_spread
+    from lab.studies.pretrained_study.pages import seed_spread
 
     arm = {0: np.array([1.0, 0.0]), 1: np.array([0.5, 0.5])}
     baseline = {0: np.array([0.0, 0.0]), 1: np.array([0.5, 0.5])}
@@ -126,8 +126,8 @@ def test_a_claim_waits_for_every_declared_seed():
 
 
 def test_task_temperature_is_checked_and_reaches_training():
-    from trl_rlvr_ext.studies.design import Arm, StudySizes
-    from trl_rlvr_ext.studies.runner import _grpo_config
+    from lab.studies.design import Arm, StudySizes
+    from lab.studies.runner import _grpo_config
 
     with pytest.raises(ValueError, match="temperature=0 must be positive"):
         StudyTask("t", "d", "r", lambda quick: "", lambda row: "", 4, temperature=0)
@@ -149,7 +149,7 @@ def test_study_workers_split_the_seeds(tmp_path, capsys, monkeypatch):
     for seed in (0, 1):
         result = json.loads((out / "products" / "lora" / f"seed{seed}" / "result.json").read_text())
         # each worker ran its own seed with one thread, and records the command that was typed, not its own
-        assert result["command"] == "trl-rlvr-ext study " + " ".join(argv[1:])
+        assert result["command"] == "python -m lab study " + " ".join(argv[1:])
         assert result["provenance"]["num_threads"] == 1
         assert result["grpo_config"]["temperature"] == 0.7
     assert "| lora |" in (out / "results.md").read_text()
@@ -167,8 +167,8 @@ def test_study_workers_split_the_seeds(tmp_path, capsys, monkeypatch):
 
 
 def test_work_units_keep_an_arm_with_the_run_it_needs(tmp_path):
-    from trl_rlvr_ext.scripts.study import work_units
-    from trl_rlvr_ext.studies import plan_study
+    from lab.scripts.study import work_units
+    from lab.studies import plan_study
 
     plan = plan_study(get_study("pretrained"), tmp_path, arms=["lora", "lora_8steps", "nsr", "relex"], seeds=[10, 11])
     assert work_units(plan) == [
@@ -185,7 +185,7 @@ def test_work_units_keep_an_arm_with_the_run_it_needs(tmp_path):
 
 
 def test_the_relex_block_by_hand(tmp_path):
-    from trl_rlvr_ext.studies.pretrained_study.pages import PAGE, relex_block
+    from lab.studies.pretrained_study.pages import PAGE, relex_block
 
     assert relex_block(PAGE, {"main": []}, tmp_path) == {"relex": "No RELEX run yet."}
     summary = {"relex/explained_median": 0.9876, "relex/r2_median": 0.5}
@@ -200,7 +200,7 @@ def test_the_relex_block_by_hand(tmp_path):
 
 
 def test_page_says_what_is_left(tmp_path):
-    from trl_rlvr_ext.studies.pretrained_study.pages import PAGE, progress_block
+    from lab.studies.pretrained_study.pages import PAGE, progress_block
 
     block = progress_block(PAGE, {"main": _records([10, 11], arms=("lora",))}, tmp_path)["progress"]
     total = sum(len(arms) for arms in GROUPS.values()) * len(SEEDS)
@@ -209,8 +209,8 @@ def test_page_says_what_is_left(tmp_path):
 
 
 def test_method_summary_before_and_while_the_runs_are_pending():
-    from trl_rlvr_ext.studies.pages import MethodSummary
-    from trl_rlvr_ext.studies.verdict_index import method_summary
+    from lab.studies.pages import MethodSummary
+    from lab.studies.verdict_index import method_summary
 
     summary = MethodSummary("docs/methods/x.md", "s")
     assert method_summary([], summary).startswith("No runs yet")
@@ -223,7 +223,7 @@ def test_method_summary_before_and_while_the_runs_are_pending():
 
 
 def test_records_restore_finished_runs_so_a_fresh_clone_resumes(tmp_path, capsys):
-    from trl_rlvr_ext.studies.records import export_records, restore_runs
+    from lab.studies.records import export_records, restore_runs
 
     out = tmp_path / "out"
     base = ["study", "pretrained", "--quick", "--arms", "base", "--seeds", "0", "--workers", "1"]

@@ -51,7 +51,7 @@ def test_study_runs_carry_their_provenance():
 
 def test_a_study_on_a_cpu_without_native_bf16_says_so_once(monkeypatch):
     import trl_rlvr_ext.provenance as provenance_module
-    from trl_rlvr_ext.studies import runner
+    from lab.studies import runner
 
     for bf16, expected in ((False, 1), (True, 0), (None, 0)):  # unknown (not Linux): nothing is claimed
         lines = []

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("reasoning_gym", reason="needs the [gym] extra (installed by the dev extra)")
 
-from trl_rlvr_ext.studies import gym_bases as base_module
-from trl_rlvr_ext.studies.gym_bases import (
+from trl_rlvr_ext import gym_bases as base_module
+from trl_rlvr_ext.gym_bases import (
     PRESETS,
     chance_rates,
     describe_base,

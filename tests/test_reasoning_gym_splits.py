@@ -146,7 +146,7 @@ def test_bad_option_values_name_the_choices():
 
 
 def test_results_per_stratum_by_hand():
-    from trl_rlvr_ext.studies.strata import stratum_pass_at_k, stratum_table_markdown
+    from lab.studies.strata import stratum_pass_at_k, stratum_table_markdown
 
     record = {"arm": "base", "seed": 0, "num_samples": 4, "num_correct": [4, 0, 2, 1], "sizes": {}}
     strata = ["a", "b", "a", "b"]

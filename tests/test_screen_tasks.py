@@ -1,4 +1,4 @@
-"""``trl-rlvr-ext screen``: the declared learnable-regime rule on synthetic records, the page rendered from records,
+"""``python -m lab screen``: the declared learnable-regime rule on synthetic records, the page rendered from records,
 resuming, and the committed page against its records."""
 
 import json
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_rlvr_ext.scripts import screen_tasks
+from lab.scripts import screen_tasks
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_bad_candidate_indices_fail_naming_the_choices():
 
 def test_every_declared_candidate_is_a_valid_name_with_a_trivial_policy():
     pytest.importorskip("reasoning_gym")
-    from trl_rlvr_ext.studies.baselines import POLICIES
+    from lab.studies.baselines import POLICIES
     from trl_rlvr_ext.tasks.reasoning_gym import parse_name
 
     for name in screen_tasks.CANDIDATES:
@@ -73,7 +73,7 @@ def test_every_declared_candidate_is_a_valid_name_with_a_trivial_policy():
 def test_render_only_reproduces_the_committed_page(tmp_path):
     records = ROOT / screen_tasks.RECORDS
     if not records.is_file():
-        pytest.fail(f"{screen_tasks.RECORDS} is missing: run `trl-rlvr-ext screen` (see docs/evidence/screening.md).")
+        pytest.fail(f"{screen_tasks.RECORDS} is missing: run `python -m lab screen` (see docs/evidence/screening.md).")
     page = tmp_path / "screening.md"
     assert screen_tasks.cli_main(["--render", "--records", str(records), "--page", str(page)]) == 0
     assert page.read_text() == (ROOT / screen_tasks.PAGE).read_text()

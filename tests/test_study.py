@@ -1,10 +1,10 @@
-"""The study runner: ``trl-rlvr-ext study self --quick`` end to end, and its resume."""
+"""The study runner: ``python -m lab study self --quick`` end to end, and its resume."""
 
 import json
 
 import pytest
 
-from trl_rlvr_ext.cli import main
+from lab.cli import main
 
 
 def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
@@ -16,7 +16,7 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
         assert f"| {arm} | 0,1 |" in table
         for seed in (0, 1):
             result = json.loads((out / "toy" / arm / f"seed{seed}" / "result.json").read_text())
-            assert result["command"] == "trl-rlvr-ext study " + " ".join(argv[1:])
+            assert result["command"] == "python -m lab study " + " ".join(argv[1:])
             assert result["rerun_command"].endswith(f"--tasks toy --arms {arm} --seeds {seed} --quick")
             assert result["wall_seconds"] >= result["train_seconds"] >= 0
             assert set(result["pass_at_k"]) == {"1", "2", "4"} and len(result["num_correct"]) == 3
@@ -28,7 +28,7 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
     for png in ("toy_pass_at_k.png", "toy_boundary.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     # the same-budget arm trained for exactly the updates the same-seed SELF run made
-    from trl_rlvr_ext.studies.runner import updates_made
+    from lab.studies.runner import updates_made
 
     for seed in (0, 1):
         self_run, matched = (
@@ -38,7 +38,7 @@ def test_quick_study_end_to_end_then_resume(tmp_path, monkeypatch, capsys):
         assert matched["budget"] == {"same_updates_as": "self", "updates": updates_made(self_run)}
         assert matched["grpo_config"]["max_steps"] == updates_made(self_run) == updates_made(matched)
         # ... and the same-prompts arm for as many whole batches as the prompts SELF trained on (at least one)
-        from trl_rlvr_ext.studies.runner import prompts_trained
+        from lab.studies.runner import prompts_trained
 
         prompts = json.loads((out / "toy" / "grpo_same_prompts" / f"seed{seed}" / "result.json").read_text())
         per_batch = self_run["sizes"]["num_prompts"]
@@ -75,7 +75,7 @@ def test_bad_selections_fail_naming_the_choices(tmp_path, monkeypatch):
 def test_chance_pass_at_k_hand_computed(monkeypatch):
     from datasets import Dataset, DatasetDict
 
-    from trl_rlvr_ext.studies import runner
+    from lab.studies import runner
 
     splits = DatasetDict(
         train=Dataset.from_dict({"answer": ["1", "1", "2", "3"]}), test=Dataset.from_dict({"answer": ["1", "4"]})
@@ -86,9 +86,9 @@ def test_chance_pass_at_k_hand_computed(monkeypatch):
 
 
 def test_self_study_covers_every_preset_with_its_own_base(monkeypatch):
-    from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.gym_bases import PRESETS
-    from trl_rlvr_ext.studies.self_study import GYM_BASE_STEPS, TOY9
+    from lab.studies import get_study
+    from lab.studies.self_study import GYM_BASE_STEPS, TOY9
+    from trl_rlvr_ext.gym_bases import PRESETS
 
     study = get_study("self")
     assert set(GYM_BASE_STEPS) == set(PRESETS)
@@ -101,7 +101,7 @@ def test_self_study_covers_every_preset_with_its_own_base(monkeypatch):
 
 
 def test_log_column_reduces_the_training_log_by_hand():
-    from trl_rlvr_ext.studies import Column, log_column, train_log_series
+    from lab.studies import Column, log_column, train_log_series
 
     result = {
         "train_log": [{"step": 1, "x": 0.5}, {"step": 2, "loss": 1.0}, {"step": 3, "x": 2.0}, {"step": 4, "x": 1.0}]
@@ -119,8 +119,8 @@ def test_log_column_reduces_the_training_log_by_hand():
 def test_study_default_sizes_and_the_rerun_flags_follow_the_study():
     import dataclasses
 
-    from trl_rlvr_ext.studies import QUICK, Study, StudySizes
-    from trl_rlvr_ext.studies.runner import size_flags
+    from lab.studies import QUICK, Study, StudySizes
+    from lab.studies.runner import size_flags
 
     own = StudySizes(max_steps=40, eval_samples=64)
     study = Study("s", "claim", {}, {}, sizes=own)
@@ -131,7 +131,7 @@ def test_study_default_sizes_and_the_rerun_flags_follow_the_study():
 
 
 def test_a_run_named_twice_is_refused(tmp_path):
-    from trl_rlvr_ext.studies import get_study, run_study
+    from lab.studies import get_study, run_study
 
     study = get_study("self")
     for kwargs, word in (
@@ -144,7 +144,7 @@ def test_a_run_named_twice_is_refused(tmp_path):
 
 
 def test_updates_made_and_the_same_budget_arm_by_hand(tmp_path):
-    from trl_rlvr_ext.studies.runner import Arm, StudySizes, StudyTask, same_budget_arm, updates_made
+    from lab.studies.runner import Arm, StudySizes, StudyTask, same_budget_arm, updates_made
 
     # 100 steps, the last log's cumulative skip count is 37: 63 updates; without curation logs, every step
     log = [{"step": 20, "curation/skipped_steps": 9.0}, {"step": 100, "curation/skipped_steps": 37.0}]
@@ -162,7 +162,7 @@ def test_updates_made_and_the_same_budget_arm_by_hand(tmp_path):
 
 
 def test_prompts_trained_and_the_same_prompts_arm_by_hand(tmp_path):
-    from trl_rlvr_ext.studies.runner import Arm, StudySizes, StudyTask, prompts_trained, same_budget_arm
+    from lab.studies.runner import Arm, StudySizes, StudyTask, prompts_trained, same_budget_arm
 
     sizes = StudySizes(max_steps=100, num_prompts=32, steps_per_generation=2)
     # windows of 20, 20 and 60 steps (10, 10 and 30 batches of 2 steps) keeping 10.5, 8 and 4 prompts a batch on
@@ -178,7 +178,7 @@ def test_prompts_trained_and_the_same_prompts_arm_by_hand(tmp_path):
     assert prompts_trained({**result, "train_log": []}) == 1600.0
     assert prompts_trained({**result, "train_log": [], "grpo_config": {"max_steps": 28}}) == 32 * 14
     # the page's "prompts trained per batch": the same total over the run's 50 generation batches (window-weighted)
-    from trl_rlvr_ext.studies.self_study import _kept_prompts
+    from lab.studies.self_study import _kept_prompts
 
     assert _kept_prompts(result) == 305.0 / 50 and _kept_prompts({**result, "train_log": []}) is None
     task = StudyTask("t", "toy:arithmetic", "toy_accuracy", None, None, 7)
@@ -222,8 +222,8 @@ def test_a_same_budget_arm_before_its_source_is_refused(tmp_path, monkeypatch):
 def test_the_prompts_matched_runs_are_declared_for_known_tasks_and_judged_by_claim_3c():
     import shlex
 
-    from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.self_study import CLAIMS, PROMPTS_MATCHED_COMMANDS
+    from lab.studies import get_study
+    from lab.studies.self_study import CLAIMS, PROMPTS_MATCHED_COMMANDS
 
     study = get_study("self")
     for command in PROMPTS_MATCHED_COMMANDS:
@@ -246,8 +246,8 @@ def test_a_setting_chooses_the_precision_trained_arms_are_evaluated_at(tmp_path,
 
     import torch
 
-    from trl_rlvr_ext.studies import get_study, runner
-    from trl_rlvr_ext.studies.runner import Setting
+    from lab.studies import get_study, runner
+    from lab.studies.runner import Setting
 
     with pytest.raises(ValueError, match="evaluate_precision='bf16'"):
         Setting("x", evaluate_precision="bf16")
@@ -282,7 +282,7 @@ def test_the_boundary_plot_takes_seeds_probed_at_different_steps(tmp_path, monke
     probe the other lacks; the plot aligns them on the union of the steps (NaN where a seed has none)."""
     import matplotlib.axes
 
-    from trl_rlvr_ext.studies.summary import _plot
+    from lab.studies.summary import _plot
 
     def run(seed, steps):
         boundary = [{"step": s, "boundary/interference_frac": s / 100} for s in steps]
@@ -303,9 +303,9 @@ def test_the_boundary_plot_takes_seeds_probed_at_different_steps(tmp_path, monke
 
 
 def test_no_study_is_named_like_a_subcommand_of_study():
-    """`trl-rlvr-ext study <name>` stands for `study run <name>`: a study named like a subcommand would be shadowed."""
-    from trl_rlvr_ext.scripts.study import SUBCOMMANDS
-    from trl_rlvr_ext.studies import STUDIES
+    """`python -m lab study <name>` stands for `study run <name>`: a study named like a subcommand would be shadowed."""
+    from lab.scripts.study import SUBCOMMANDS
+    from lab.studies import STUDIES
 
     assert not set(STUDIES) & set(SUBCOMMANDS)
 
@@ -317,14 +317,14 @@ def test_study_run_is_the_explicit_spelling_of_study_name(tmp_path, monkeypatch)
 
 
 def test_study_help_stays_light():
-    """`trl-rlvr-ext study --help` answers at once: the studies' engine imports no numpy, torch or TRL at import (the
+    """`python -m lab study --help` answers at once: the studies' engine imports no numpy, torch or TRL at import (the
     registry imports a study's package only when it is asked for)."""
     import subprocess
     import sys
     from pathlib import Path
 
     code = (
-        "import sys\nfrom trl_rlvr_ext.cli import main\n"
+        "import sys\nfrom lab.cli import main\n"
         "try:\n    main(['study', '--help'])\nexcept SystemExit:\n    pass\n"
         "print('HEAVY', [m for m in ('numpy', 'torch', 'trl', 'transformers') if m in sys.modules])\n"
     )

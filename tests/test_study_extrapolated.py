@@ -8,13 +8,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from trl_rlvr_ext.cli import main
+from lab.cli import main
+from lab.studies import get_study
+from lab.studies.design import Arm, Extrapolation
+from lab.studies.extrapolated import extrapolated_model, trajectory_dir
+from lab.studies.pretrained_study import RELEX_HISTORY, RELEX_SOURCE, RELEX_TARGET
 from trl_rlvr_ext.extrapolation import relex_extrapolate
 from trl_rlvr_ext.extrapolation.trajectory import delta_path
-from trl_rlvr_ext.studies import get_study
-from trl_rlvr_ext.studies.design import Arm, Extrapolation
-from trl_rlvr_ext.studies.extrapolated import extrapolated_model, trajectory_dir
-from trl_rlvr_ext.studies.pretrained_study import RELEX_HISTORY, RELEX_SOURCE, RELEX_TARGET
 
 
 def test_an_extrapolation_and_its_arm_are_checked():
@@ -80,7 +80,7 @@ def test_the_arm_evaluates_relex_on_its_source_trajectory(tmp_path, monkeypatch)
     # the model the arm evaluates carries those weights
     study = get_study("pretrained")
     task, arm = study.tasks["products"], study.arms["relex"]
-    from trl_rlvr_ext.studies.pretrained_study import base_model
+    from lab.studies.pretrained_study import base_model
 
     model, _, _ = extrapolated_model(out, task, arm, 0, base_model(True), tmp_path / "again")
     loaded = {n: p for n, p in model.named_parameters() if "lora_" in n}

@@ -1,4 +1,4 @@
-"""The matched-KL comparison of frontiers (`trl_rlvr_ext.studies.frontier`): interpolation by hand, no extrapolation,
+"""The matched-KL comparison of frontiers (`lab.studies.frontier`): interpolation by hand, no extrapolation,
 and the seed-paired comparison on synthetic runs whose answer is known."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from trl_rlvr_ext.studies.frontier import (
+from lab.studies.frontier import (
     MatchedKLClaim,
     compare_at_kl,
     compare_records,

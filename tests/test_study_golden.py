@@ -12,7 +12,7 @@ another order. A float in a ``result.json`` may therefore differ from its copy b
 absolute 1e-4 for a difference of near-equal sums such as a KL estimate); its key, type and every other value may not,
 and the rendered tables (three decimals) are compared byte for byte.
 
-The quick runs train in fp32 (`trl_rlvr_ext.studies.run_inputs.common_training_settings`), because under TRL's default
+The quick runs train in fp32 (`lab.studies.run_inputs.common_training_settings`), because under TRL's default
 bf16 autocast the spread between instruction sets exceeds any float32 allowance: a quick IS-DPO run's KL was -0.010092
 on an AVX2-only CPU and -0.010234 on an AVX512-BF16 one (1.4e-4 apart), and -0.009781 against -0.010029 between the
 same AVX512-BF16 CPU's own kernels and its AVX2 ones. Measured on 2026-12-06 for the four runs below in fp32, on an
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_rlvr_ext.cli import main
+from lab.cli import main
 
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "studies"
@@ -152,8 +152,10 @@ def test_golden_copies_hold_under_avx2_kernels(tmp_path):
     import sys
 
     out = tmp_path / "is_dpo"
-    command = [sys.executable, "-m", "trl_rlvr_ext.cli", "study", "is_dpo", "--quick", *RUNS["is_dpo"]]
-    env = {**os.environ, **AVX2_KERNELS, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "lab", "study", "is_dpo", "--quick", *RUNS["is_dpo"]]
+    root = str(Path(__file__).resolve().parents[1])  # the lab runs from the clone
+    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, **AVX2_KERNELS, "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
     probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
     capability = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert capability.stdout.strip() in ("AVX2", "DEFAULT"), capability.stdout  # the cap took effect
@@ -188,7 +190,7 @@ def test_the_table_normaliser_touches_only_the_clock_columns():
 def test_every_page_is_still_rendered():
     """`stale_pages` compares only the pages the studies render: a page dropped from the registry would pass it
     silently, so the set of rendered pages is pinned here."""
-    from trl_rlvr_ext.studies.report import render_pages
+    from lab.studies.report import render_pages
 
     root = Path(__file__).resolve().parents[1]
     assert sorted(render_pages(root)) == [

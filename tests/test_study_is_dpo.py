@@ -1,4 +1,4 @@
-"""The ``is_dpo`` study: ``trl-rlvr-ext study is_dpo --quick`` end to end, its shared data cache, resume, and the KL
+"""The ``is_dpo`` study: ``python -m lab study is_dpo --quick`` end to end, its shared data cache, resume, and the KL
 estimator by hand."""
 
 import dataclasses
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trl_rlvr_ext.cli import main
-from trl_rlvr_ext.studies.is_dpo_study import sampled_kl
+from lab.cli import main
+from lab.studies.is_dpo_study import sampled_kl
 
 
 pytest.importorskip("reasoning_gym")
@@ -38,9 +38,9 @@ def test_processes_side_by_side_build_the_shared_data_once(tmp_path, monkeypatch
 
     from datasets import Dataset
 
-    from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.is_dpo_study import data
-    from trl_rlvr_ext.studies.is_dpo_study.design import IS_DPO_QUICK
+    from lab.studies import get_study
+    from lab.studies.is_dpo_study import data
+    from lab.studies.is_dpo_study.design import IS_DPO_QUICK
 
     builds = []
 
@@ -92,7 +92,7 @@ def test_quick_is_dpo_study_end_to_end_shared_data_then_resume(tmp_path, monkeyp
     for arm in ARMS:
         assert f"| {arm} | 0 |" in table
         result = json.loads((out / "number_sorting" / arm / "seed0" / "result.json").read_text())
-        assert result["command"] == "trl-rlvr-ext study " + " ".join(argv[1:])
+        assert result["command"] == "python -m lab study " + " ".join(argv[1:])
         assert result["rerun_command"].endswith(f"--tasks number_sorting --arms {arm} --seeds 0 --quick")
         assert result["wall_seconds"] >= result["train_seconds"] >= 0
         assert set(result["pass_at_k"]) == {"1", "2", "4"} and len(result["num_correct"]) == 3
@@ -140,7 +140,8 @@ def test_quick_is_dpo_study_end_to_end_shared_data_then_resume(tmp_path, monkeyp
 
 
 def test_is_dpo_tasks_are_the_self_studys_with_the_same_cached_bases(monkeypatch):
-    from trl_rlvr_ext.studies import get_study, gym_bases
+    from lab.studies import get_study
+    from trl_rlvr_ext import gym_bases
 
     calls = []
     monkeypatch.setattr(gym_bases, "get_gym_base_model_path", lambda **kwargs: calls.append(kwargs) or "base")
@@ -199,9 +200,9 @@ def test_is_dpo_refuses_a_size_it_does_not_use(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- the dense setting
 def test_dense_runs_and_claims_are_declared_on_fresh_seeds():
-    from trl_rlvr_ext.scripts.study import make_parser
-    from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.is_dpo_study import (
+    from lab.scripts.study import make_parser
+    from lab.studies import get_study
+    from lab.studies.is_dpo_study import (
         DENSE_ARMS,
         DENSE_B01_ARMS,
         DENSE_B01_COMMAND,
@@ -233,7 +234,7 @@ def test_dense_runs_and_claims_are_declared_on_fresh_seeds():
 
 
 def test_probe_schedule_dense_start_then_every_probe_every():
-    from trl_rlvr_ext.studies.is_dpo_study import RECORDS_FRONTIER, SETTINGS, FrontierSetting, probe_schedule
+    from lab.studies.is_dpo_study import RECORDS_FRONTIER, SETTINGS, FrontierSetting, probe_schedule
 
     dense = SETTINGS["dense"]
     assert (dense.dense_every, dense.dense_until, dense.validation_problems) == (2, 20, 100)
@@ -256,10 +257,10 @@ def test_probe_schedule_dense_start_then_every_probe_every():
 def test_validation_split_is_disjoint_from_the_test_problems_and_every_train_prompt():
     from datasets import Dataset
 
+    from lab.studies import get_study
+    from lab.studies.is_dpo_study import DATA_PROMPTS, IS_DPO_SIZES
+    from lab.studies.runner import validation_split
     from trl_rlvr_ext.data import load_named_dataset
-    from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.is_dpo_study import DATA_PROMPTS, IS_DPO_SIZES
-    from trl_rlvr_ext.studies.runner import validation_split
 
     task = get_study("is_dpo").tasks["number_sorting"]
     splits = load_named_dataset(task.dataset)
@@ -293,7 +294,7 @@ def test_validation_split_is_disjoint_from_the_test_problems_and_every_train_pro
 def test_best_checkpoint_keeps_the_earliest_best_step_and_restores_its_weights():
     import torch
 
-    from trl_rlvr_ext.studies.is_dpo_study import BestCheckpoint, state_fingerprint
+    from lab.studies.is_dpo_study import BestCheckpoint, state_fingerprint
 
     model = torch.nn.Linear(3, 2)
     best, states = BestCheckpoint(), {}
@@ -317,8 +318,8 @@ def test_quick_dense_setting_end_to_end(tmp_path, monkeypatch):
     """The dense setting through the CLI: both frontiers and the schedule in every record, the smaller-lr arm's rate,
     and the early-stopped arm's final Pass@k evaluated on its chosen step's weights (scripted validation scores, so
     that the choice is a tie between two trained steps, not the base)."""
+    from lab.studies import is_dpo_study
     from trl_rlvr_ext import evaluation
-    from trl_rlvr_ext.studies import is_dpo_study
 
     scripted = {0: 0.1, 1: 0.5, 2: 0.5}  # steps 1 and 2 tie: step 1 is chosen
     real_observe, real_evaluate, evaluated = is_dpo_study.BestCheckpoint.observe, evaluation.evaluate_pass_at_k, {}
@@ -384,7 +385,7 @@ def _rate_record(rate, ratio, setting="rate_calibration", seed=100):
 
 
 def test_the_rate_rule_takes_the_largest_rate_that_does_not_collapse_once_bracketed():
-    from trl_rlvr_ext.studies.is_dpo_study import RATE_COLLAPSE, RATE_GRID, RateCalibration, choose_rate
+    from lab.studies.is_dpo_study import RATE_COLLAPSE, RATE_GRID, RateCalibration, choose_rate
 
     assert RATE_GRID == ("1e-5", "3e-5", "1e-4", "3e-4") and RATE_COLLAPSE == 0.5
     assert choose_rate([], "rate_calibration") == RateCalibration("rate_calibration", {}, None, "1e-5")
@@ -411,8 +412,8 @@ def test_the_rate_rule_takes_the_largest_rate_that_does_not_collapse_once_bracke
 
 
 def test_the_rate_calibration_runs_on_validation_problems_only_for_its_arms():
-    from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.is_dpo_study import RATE_COMMANDS, RATE_SETTINGS
+    from lab.studies import get_study
+    from lab.studies.is_dpo_study import RATE_COMMANDS, RATE_SETTINGS
 
     study = get_study("is_dpo")
     assert set(RATE_SETTINGS) == {"rate_calibration", "rate_calibration_validated_number_sorting"}
@@ -427,7 +428,7 @@ def test_the_rate_calibration_runs_on_validation_problems_only_for_its_arms():
 def test_the_chosen_rates_are_the_rules_choice_on_the_committed_records_and_their_design_is_declared():
     from pathlib import Path
 
-    from trl_rlvr_ext.studies.is_dpo_study import (
+    from lab.studies.is_dpo_study import (
         CHOSEN_RATES,
         CONFIRM_RATE_COMMANDS,
         CONFIRM_RATE_SETTINGS,
@@ -436,7 +437,7 @@ def test_the_chosen_rates_are_the_rules_choice_on_the_committed_records_and_thei
         RATE_SETTINGS,
         choose_rate,
     )
-    from trl_rlvr_ext.studies.report import load_records
+    from lab.studies.report import load_records
 
     records = load_records(Path(__file__).parent.parent / "docs/evidence/data/is_dpo_rate_calibration.jsonl")
     assert set(CHOSEN_RATES) == set(RATE_SETTINGS)
@@ -455,7 +456,7 @@ def test_the_chosen_rates_are_the_rules_choice_on_the_committed_records_and_thei
 def test_the_rate_calibration_block_renders_each_rate_and_the_rules_choice(tmp_path):
     from study_records import write_records
 
-    from trl_rlvr_ext.studies.is_dpo_study.pages import RATE_CALIBRATION_RECORDS, rate_calibration_block
+    from lab.studies.is_dpo_study.pages import RATE_CALIBRATION_RECORDS, rate_calibration_block
 
     records = []
     for setting in ("rate_calibration", "rate_calibration_validated_number_sorting"):
@@ -474,18 +475,18 @@ def test_the_rate_calibration_block_renders_each_rate_and_the_rules_choice(tmp_p
 
 
 def test_the_real_models_design_is_declared_with_its_own_claims_task_and_page_setting(tmp_path):
-    from trl_rlvr_ext.scripts.study import make_parser
-    from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.is_dpo_study import (
+    from lab.scripts.study import make_parser
+    from lab.studies import get_study
+    from lab.studies.is_dpo_study import (
         PRETRAINED_ARMS,
         PRETRAINED_COMMAND,
         PRETRAINED_RECORDS,
         PRETRAINED_SEEDS,
         PRETRAINED_SETTING,
     )
-    from trl_rlvr_ext.studies.is_dpo_study.pages import PAGE
-    from trl_rlvr_ext.studies.runner import plan_study
-    from trl_rlvr_ext.studies.tasks import REAL_MODEL_DATASET, REAL_MODEL_TEMPERATURE
+    from lab.studies.is_dpo_study.pages import PAGE
+    from lab.studies.runner import plan_study
+    from lab.studies.tasks import REAL_MODEL_DATASET, REAL_MODEL_TEMPERATURE
 
     study = get_study("is_dpo")
     args = make_parser().parse_args(PRETRAINED_COMMAND.split()[2:])
@@ -534,7 +535,7 @@ def test_quick_pretrained_setting_pairs_chat_prompts_with_assistant_messages(tmp
     gold chosen of the tiny model's smoke run too), so TRL's DPO tokenises them with the chat template."""
     from datasets import load_from_disk
 
-    from trl_rlvr_ext.studies.tasks import REAL_MODEL_DATASET
+    from lab.studies.tasks import REAL_MODEL_DATASET
 
     monkeypatch.setenv("TRL_RLVR_EXT_DEBUG", "1")
     out = tmp_path / "study"

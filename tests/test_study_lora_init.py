@@ -1,18 +1,18 @@
-"""The ``lora_init`` study: ``trl-rlvr-ext study lora_init --quick`` end to end, the rate choice, the extra columns."""
+"""The ``lora_init`` study: ``python -m lab study lora_init --quick`` end to end, the rate choice, the extra columns."""
 
 import json
 
 import pytest
 import torch
 
-from trl_rlvr_ext.cli import main
+from lab.cli import main
 
 
 QUICK_ARMS = ["base", "lora@5e-4", "rlpo@5e-4", "full@5e-5"]
 
 
 def test_quick_study_end_to_end(tmp_path, capsys):
-    from trl_rlvr_ext.studies.lora_init_study import LORA_R, chosen_arms
+    from lab.studies.lora_init_study import LORA_R, chosen_arms
 
     out = tmp_path / "study"
     argv = ["study", "lora_init", "--quick", "--tasks", "number_sorting", "--seeds", "0", "--arms"]
@@ -72,9 +72,9 @@ def test_the_arm_applies_its_init(tiny_model_path, tmp_path, method):
     from peft import LoraConfig
     from transformers import AutoTokenizer
 
+    from lab.studies import QUICK, get_study
+    from lab.studies.runner import _grpo_config
     from trl_rlvr_ext.grpo.grpo_trainer import RLVRGRPOTrainer
-    from trl_rlvr_ext.studies import QUICK, get_study
-    from trl_rlvr_ext.studies.runner import _grpo_config
 
     study = get_study("lora_init")
     task, arm = study.tasks["number_sorting"], study.arms[f"{method}@5e-4"]
@@ -107,7 +107,7 @@ def _result(arm, seed, pass_at_1):
 
 
 def test_choose_rates_by_hand():
-    from trl_rlvr_ext.studies.lora_init_study import choose_rates
+    from lab.studies.lora_init_study import choose_rates
 
     results = [
         _result("base", 0, 0.9),  # not a sweep arm
@@ -127,7 +127,7 @@ def test_choose_rates_by_hand():
 
 
 def test_chosen_arms_needs_phase_one(tmp_path):
-    from trl_rlvr_ext.studies.lora_init_study import chosen_arms
+    from lab.studies.lora_init_study import chosen_arms
 
     with pytest.raises(ValueError, match="run phase 1 first"):
         chosen_arms(tmp_path, "number_sorting")
@@ -140,7 +140,7 @@ def _log(rewards=None, norms=None):
 
 
 def test_columns_by_hand():
-    from trl_rlvr_ext.studies.lora_init_study import collapsed, final_reward, grad_norm_spikes, reward_change
+    from lab.studies.lora_init_study import collapsed, final_reward, grad_norm_spikes, reward_change
 
     # median 1.0: 5.0 is not above 5x the median, 5.5 and 50 are
     assert grad_norm_spikes(_log(norms=[1.0, 1.0, 0.5, 5.0, 5.5, 50.0, 1.0])) == 2.0
@@ -160,8 +160,8 @@ def test_columns_by_hand():
 
 
 def test_every_method_has_its_sweep():
-    from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.lora_init_study import FULL_RATES, LORA_RATES, LORA_SETTINGS
+    from lab.studies import get_study
+    from lab.studies.lora_init_study import FULL_RATES, LORA_RATES, LORA_SETTINGS
 
     study = get_study("lora_init")
     # the first design's arms run by default; the validated design's ladder adds 3 rates per method, in its settings
@@ -180,7 +180,7 @@ def test_every_method_has_its_sweep():
 def test_extension_rates_by_hand():
     """The grid goes past its edge while a method's best validation pass@1 is at the lowest or highest rate it ran,
     one ladder step at a time; an interior best needs nothing; the ladder's end fails."""
-    from trl_rlvr_ext.studies.lora_init_study import SWEEP_SEED, extension_rates
+    from lab.studies.lora_init_study import SWEEP_SEED, extension_rates
 
     seed = SWEEP_SEED
     results = [
@@ -208,9 +208,9 @@ def test_extension_rates_by_hand():
 def test_sweep_setting_measures_the_validation_problems(tmp_path, capsys):
     """A sweep run is measured on the validation problems, never the test problems, and its record says which rows;
     ``--arms extend`` adds the next rate past an edge and fails before the grid has run."""
+    from lab.studies import get_study
+    from lab.studies.lora_init_study import SWEEP_SEED, extend_arms
     from trl_rlvr_ext.data import load_named_dataset
-    from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.lora_init_study import SWEEP_SEED, extend_arms
 
     out = tmp_path / "sweep"
     with pytest.raises(ValueError, match="run the grid first"):
@@ -228,7 +228,7 @@ def test_sweep_setting_measures_the_validation_problems(tmp_path, capsys):
     trained = json.loads((out / "number_sorting" / "rlpo@5e-4" / f"seed{SWEEP_SEED}" / "result.json").read_text())
     assert trained["evaluated_on"]["rows"] == [3, 6]
     # the run's inputs: the evaluated problems and the probes are held-out rows 3-5, none of the test rows 0-2
-    from trl_rlvr_ext.studies.runner import QUICK, load_run_inputs
+    from lab.studies.runner import QUICK, load_run_inputs
 
     inputs = load_run_inputs(task, QUICK, quick=True, evaluate_on="validation")
     assert inputs.test["prompt"] == held_out["prompt"][3:6]
@@ -246,9 +246,9 @@ def test_sweep_setting_measures_the_validation_problems(tmp_path, capsys):
 def test_study_runs_train_in_trls_default_bf16_autocast(tmp_path):
     """What the evidence pages say about precision: the studies' trainers keep TRL's default ``bf16=True`` (on CPU:
     bf16 autocast around the forward, fp32 weights), for GRPO and DPO alike; the base arm is evaluated in fp32."""
-    from trl_rlvr_ext.studies import get_study
-    from trl_rlvr_ext.studies.is_dpo_study import _dpo_config
-    from trl_rlvr_ext.studies.runner import QUICK, _grpo_config
+    from lab.studies import get_study
+    from lab.studies.is_dpo_study import _dpo_config
+    from lab.studies.runner import QUICK, _grpo_config
 
     study = get_study("lora_init")
     args, settings = _grpo_config(tmp_path, study.tasks["number_sorting"], study.arms["lora@5e-4"], QUICK, seed=0)
@@ -264,7 +264,7 @@ def test_validated_rates_are_the_sweeps_choice_on_validation_problems():
     unreported seed."""
     from pathlib import Path
 
-    from trl_rlvr_ext.studies.lora_init_study import (
+    from lab.studies.lora_init_study import (
         CONFIRM_ARMS,
         METHODS,
         SWEEP_SEED,
@@ -273,7 +273,7 @@ def test_validated_rates_are_the_sweeps_choice_on_validation_problems():
         choose_rates,
         extension_rates,
     )
-    from trl_rlvr_ext.studies.report import load_records
+    from lab.studies.report import load_records
 
     records = load_records(Path(__file__).resolve().parents[1] / "docs/evidence/data/lora_init_sweep.jsonl")
     assert {r["seed"] for r in records} == {SWEEP_SEED} and {r["setting"] for r in records} == {"sweep"}

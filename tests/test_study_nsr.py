@@ -1,4 +1,4 @@
-"""The ``nsr`` study: ``trl-rlvr-ext study nsr --quick`` end to end, and its table columns by hand."""
+"""The ``nsr`` study: ``python -m lab study nsr --quick`` end to end, and its table columns by hand."""
 
 import gzip
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_rlvr_ext.studies.nsr_study import clipped_share, collapsed, rescued_share, signal_clipped_share
+from lab.studies.nsr_study import clipped_share, collapsed, rescued_share, signal_clipped_share
 
 
 def _log(**series):
@@ -70,7 +70,7 @@ def test_signal_clipped_share_by_hand():
 
 
 def test_settings_are_acpos_two_regimes():
-    from trl_rlvr_ext.studies import get_study
+    from lab.studies import get_study
 
     study = get_study("nsr")
     for name, updates in (("updates2", 2), ("updates16", 16)):
@@ -85,7 +85,7 @@ def test_settings_are_acpos_two_regimes():
 
 
 def test_study_sizes_reuse_rollouts():
-    from trl_rlvr_ext.studies import get_study
+    from lab.studies import get_study
 
     study = get_study("nsr")
     assert list(study.arms) == ["none", "nsr", "nsr_expected", "cispo", "sapo", "acpo", "acpo_nsr", "delta"]
@@ -109,7 +109,7 @@ def test_study_sizes_reuse_rollouts():
 
 def test_quick_nsr_study_end_to_end(tmp_path):
     pytest.importorskip("reasoning_gym", reason="needs the [gym] extra (installed by the dev extra)")
-    from trl_rlvr_ext.cli import main
+    from lab.cli import main
 
     out = tmp_path / "nsr"
     arms = "none,nsr,nsr_expected,cispo,sapo"
@@ -151,7 +151,7 @@ def test_quick_nsr_study_end_to_end(tmp_path):
 
 
 def test_quick_extension_arms_in_the_near_on_policy_setting(tmp_path):
-    from trl_rlvr_ext.cli import main
+    from lab.cli import main
 
     out = tmp_path / "nsr"
     argv = [
@@ -203,7 +203,7 @@ def _calibration_record(name, share, rewards=(0.2, 0.25), seed=100, task="countd
 
 
 def test_the_clip_regime_rule_takes_the_first_candidate_that_clips_enough_without_collapsing():
-    from trl_rlvr_ext.studies.nsr_study import CLIP_CANDIDATES, CLIP_TARGET, choose_clip_regime
+    from lab.studies.nsr_study import CLIP_CANDIDATES, CLIP_TARGET, choose_clip_regime
 
     names = list(CLIP_CANDIDATES)
     assert names == ["updates32", "updates16_lr6e-4", "updates32_lr6e-4"] and CLIP_TARGET == 0.05
@@ -229,7 +229,7 @@ def test_the_clip_regime_rule_takes_the_first_candidate_that_clips_enough_withou
 
 
 def test_calibration_settings_evaluate_on_validation_and_mirror_their_candidates():
-    from trl_rlvr_ext.studies.nsr_study import CALIBRATION_COMMANDS, CLIP_CANDIDATES, SETTINGS
+    from lab.studies.nsr_study import CALIBRATION_COMMANDS, CLIP_CANDIDATES, SETTINGS
 
     for name, candidate in CLIP_CANDIDATES.items():
         twin = SETTINGS[f"calibrate_{name}"]
@@ -243,8 +243,8 @@ def test_calibration_settings_evaluate_on_validation_and_mirror_their_candidates
 
 
 def test_the_calibration_block_renders_each_candidate_and_the_rules_choice(tmp_path):
-    from trl_rlvr_ext.studies.nsr_study import CLIP_CANDIDATES
-    from trl_rlvr_ext.studies.nsr_study.pages import CLIP_CALIBRATION_RECORDS, clip_calibration_block
+    from lab.studies.nsr_study import CLIP_CANDIDATES
+    from lab.studies.nsr_study.pages import CLIP_CALIBRATION_RECORDS, clip_calibration_block
 
     assert "Declared, not run yet" in clip_calibration_block(None, {}, tmp_path)["clip_calibration"]
     names = list(CLIP_CANDIDATES)
@@ -264,7 +264,7 @@ def test_the_calibration_block_renders_each_candidate_and_the_rules_choice(tmp_p
 
 
 def test_the_chosen_regime_is_the_rules_choice_on_the_committed_calibration_records():
-    from trl_rlvr_ext.studies.nsr_study import (
+    from lab.studies.nsr_study import (
         CALIBRATION_COMMANDS,
         CLIP_REGIME,
         CONFIRM_ARMS,
@@ -272,8 +272,8 @@ def test_the_chosen_regime_is_the_rules_choice_on_the_committed_calibration_reco
         CONFIRM_SEEDS,
         choose_clip_regime,
     )
-    from trl_rlvr_ext.studies.nsr_study.pages import CLIP_CALIBRATION_RECORDS
-    from trl_rlvr_ext.studies.report import load_records
+    from lab.studies.nsr_study.pages import CLIP_CALIBRATION_RECORDS
+    from lab.studies.report import load_records
 
     records = load_records(Path(__file__).parent.parent / CLIP_CALIBRATION_RECORDS)
     assert choose_clip_regime(records) == CLIP_REGIME

@@ -1,11 +1,11 @@
-"""`trl-rlvr-ext study export`: a study's finished runs become its JSONL records, read back by the report."""
+"""`python -m lab study export`: a study's finished runs become its JSONL records, read back by the report."""
 
 import json
 
 import pytest
 
-from trl_rlvr_ext.studies.records import export_records, read_records_text
-from trl_rlvr_ext.studies.report import load_records
+from lab.studies.records import export_records, read_records_text
+from lab.studies.report import load_records
 
 
 def _run(out, task, arm, seed, quick=False):

@@ -1,4 +1,4 @@
-"""The evidence pages are rendered from their records (`trl_rlvr_ext.studies.report`): every committed page equals
+"""The evidence pages are rendered from their records (`lab.studies.report`): every committed page equals
 what its records render, and the renderer does what it says on small synthetic records with a known answer."""
 
 import gzip
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trl_rlvr_ext.studies import get_study
-from trl_rlvr_ext.studies.report import (
+from lab.studies import get_study
+from lab.studies.report import (
     PAGES,
     TRIVIAL_RECORDS,
     apply_requirements,
@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_every_committed_page_equals_what_its_records_render():
     """The test the issue asks for: a page whose tables, intervals or verdicts differ from its records fails here.
-    Rerender with `trl-rlvr-ext study report all`."""
-    assert stale_pages(ROOT) == [], "rerender with: trl-rlvr-ext study report all"
+    Rerender with `python -m lab study report all`."""
+    assert stale_pages(ROOT) == [], "rerender with: python -m lab study report all"
 
 
 def test_a_changed_number_in_a_rendered_block_is_caught(tmp_path):
@@ -175,7 +175,7 @@ def test_fill_replaces_blocks_keeps_prose_and_indentation_and_rejects_unknown_bl
 
 
 def test_study_report_cli_checks_without_writing(tmp_path, capsys):
-    from trl_rlvr_ext.scripts.study import cli_main
+    from lab.scripts.study import cli_main
 
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
     page = tmp_path / PAGES["nsr"].path
@@ -193,7 +193,7 @@ def test_the_pages_show_the_held_out_composition_the_audit_found():
     """The splits block renders each reasoning-gym task's strata from its dataset name: chain_sum's evaluated problems
     are 99 % three-term against 50 % in train, 55 of them reorderings of a train problem; the mixture's are 67 %
     number_sorting against 48 % in train (the issue's audit, recomputed)."""
-    from trl_rlvr_ext.studies.report import render_study
+    from lab.studies.report import render_study
 
     blocks, _ = render_study("self", ROOT)
     splits = blocks["self:splits"]
@@ -204,8 +204,8 @@ def test_the_pages_show_the_held_out_composition_the_audit_found():
 
 
 def test_boundary_per_problem_counts_lost_and_gained_against_the_same_seed_base():
-    from trl_rlvr_ext.studies.report import PAGES
-    from trl_rlvr_ext.studies.self_study.pages import boundary_block
+    from lab.studies.report import PAGES
+    from lab.studies.self_study.pages import boundary_block
 
     page, setting = PAGES["self"], PAGES["self"].settings[0]
     sizes = dict(setting.match)
@@ -218,7 +218,7 @@ def test_boundary_per_problem_counts_lost_and_gained_against_the_same_seed_base(
 
 
 def test_the_budget_table_counts_updates_prompts_and_the_k_below_the_base():
-    from trl_rlvr_ext.studies.self_study.pages import budget_block
+    from lab.studies.self_study.pages import budget_block
 
     page, setting = PAGES["self"], PAGES["self"].settings[0]
     sizes = {**dict(setting.match), "num_prompts": 4, "steps_per_generation": 2}
@@ -251,8 +251,8 @@ def test_the_budget_table_counts_updates_prompts_and_the_k_below_the_base():
 
 
 def test_clipped_ratio_histograms_sum_the_logged_counts_per_side():
-    from trl_rlvr_ext.studies.nsr_study.pages import clipped_ratio_block
-    from trl_rlvr_ext.studies.report import PAGES
+    from lab.studies.nsr_study.pages import clipped_ratio_block
+    from lab.studies.report import PAGES
 
     page, setting = PAGES["nsr"], PAGES["nsr"].settings[0]
     sizes = dict(setting.match)
@@ -282,9 +282,9 @@ def test_clipped_ratio_histograms_sum_the_logged_counts_per_side():
 
 
 def test_stability_applies_the_margin_to_every_seed_of_every_rate():
-    from trl_rlvr_ext.studies.lora_init_study import STABLE_MARGIN, stable
-    from trl_rlvr_ext.studies.lora_init_study.pages import stability_block
-    from trl_rlvr_ext.studies.report import PAGES
+    from lab.studies.lora_init_study import STABLE_MARGIN, stable
+    from lab.studies.lora_init_study.pages import stability_block
+    from lab.studies.report import PAGES
 
     assert STABLE_MARGIN == 0.05
     assert stable({"pass_at_k": {"1": 0.36}}, 0.40) and not stable({"pass_at_k": {"1": 0.34}}, 0.40)
@@ -303,7 +303,7 @@ def test_stability_applies_the_margin_to_every_seed_of_every_rate():
 def test_an_untrained_record_belongs_only_where_it_measured_the_trained_runs_problems(tmp_path):
     """A validation sweep's base (held-out rows 100-199) is not a row of the test problems' table, and the test
     problems' base and trivial policies are not rows of a validation sweep's table."""
-    from trl_rlvr_ext.studies.report import evaluation_rows
+    from lab.studies.report import evaluation_rows
 
     study = get_study("self")
     setting = PAGES["self"].settings[0]
@@ -343,7 +343,7 @@ def test_a_task_that_ran_only_its_base_is_shown_with_its_trivial_policies(tmp_pa
 
 
 def test_the_seed_table_leaves_out_trivial_policies_beside_trained_runs():
-    from trl_rlvr_ext.studies.report import PAGES, seeds_table
+    from lab.studies.report import PAGES, seeds_table
 
     page = PAGES["nsr"]
     runs = [_record("none", seed, [1] * 25 + [0] * 25, num_samples=64) for seed in (10, 11)]
@@ -387,7 +387,7 @@ def test_a_boundary_claim_counts_only_where_its_prerequisite_is_reproduced(tmp_p
 def test_comparisons_leave_out_the_near_duplicates_of_train_problems(tmp_path, monkeypatch):
     """`judged_problems` keeps the held-out problems that are not a reordering of a train problem; the pairing then
     judges only those (a difference confined to the near duplicates disappears), and the claims table says so."""
-    from trl_rlvr_ext.studies import judging, report
+    from lab.studies import judging, report
 
     flags = (True, False) * 10
     monkeypatch.setattr(judging, "_near_duplicate_flags", lambda dataset, start, stop: flags[start:stop])
@@ -415,7 +415,7 @@ def test_comparisons_leave_out_the_near_duplicates_of_train_problems(tmp_path, m
 
 def test_a_setting_can_be_exploratory_on_some_tasks_only():
     """NSR's lr 3e-4 regime was chosen on chain_sum's and number_sorting's runs: exploratory there, counted elsewhere."""
-    from trl_rlvr_ext.studies.report import Part
+    from lab.studies.report import Part
 
     setting = next(s for s in PAGES["nsr"].settings if s.name == "lr3e-4")
     claim = get_study("nsr").claims[0]
@@ -428,7 +428,7 @@ def test_comparisons_that_read_a_base_chosen_on_the_test_set_are_exploratory(tmp
     """number_sorting's base in use was chosen on the test problems (the base-steps calibration chooses other steps):
     a part that reads that base's own results (GRPO against the base) is exploratory; a part between two trained arms
     on it is not; the same claim on another base counts."""
-    from trl_rlvr_ext.studies.base_steps import DIGEST_IN_USE
+    from lab.studies.base_steps import DIGEST_IN_USE
 
     study = get_study("self")
     setting = PAGES["self"].settings[0]
@@ -454,8 +454,8 @@ def test_comparisons_that_read_a_base_chosen_on_the_test_set_are_exploratory(tmp
 def test_trivial_policies_pair_with_the_arms_seeds_in_order_and_requirements_read_the_parts_own_setting():
     """A trivial policy's seeds only resample its guesses: base seeds 20-22 pair with its seeds 0-2. A setting on
     another base judges claim 0 itself, and its boundary parts read that verdict, not another setting's."""
-    from trl_rlvr_ext.studies.report import Part
-    from trl_rlvr_ext.studies.verdicts import Judgement
+    from lab.studies.report import Part
+    from lab.studies.verdicts import Judgement
 
     study = get_study("self")
     main, other = PAGES["self"].settings[0], PAGES["self"].settings[-1]
@@ -482,7 +482,7 @@ def test_trivial_policies_pair_with_the_arms_seeds_in_order_and_requirements_rea
 def test_trivial_policies_repeat_their_seeds_where_a_setting_declares_more_seeds_than_they_have():
     """Three trivial seeds against five declared seeds: in a setting that declares its seeds (and judges every one) the
     policy's seeds repeat in order, 0, 1, 2, 0, 1; elsewhere the pairs stop at the shorter list, as before."""
-    from trl_rlvr_ext.studies.judging import _paired_trivial
+    from lab.studies.judging import _paired_trivial
 
     arm = {s: f"arm{s}" for s in (10, 11, 12, 13, 14)}
     trivial = {s: f"guess{s}" for s in (2, 0, 1)}
@@ -506,7 +506,7 @@ def test_trivial_policies_repeat_their_seeds_where_a_setting_declares_more_seeds
 
 
 def test_seed_ranges_by_hand():
-    from trl_rlvr_ext.studies.report import seed_ranges
+    from lab.studies.report import seed_ranges
 
     assert seed_ranges([4, 0, 1, 2, 3, 7]) == "0-4,7"
     assert seed_ranges([20, 21]) == "20,21" and seed_ranges([0, 2, 3, 4]) == "0,2-4" and seed_ranges([]) == ""
@@ -514,7 +514,7 @@ def test_seed_ranges_by_hand():
 
 def test_mean_sd_by_hand():
     """The one "mean ± sd" cell of every table: None always left out, NaN left out unless kept, a sign on request."""
-    from trl_rlvr_ext.studies.markdown import mean_sd
+    from lab.studies.markdown import mean_sd
 
     assert mean_sd([0.5, None, 0.7]) == "0.600 ± 0.141"
     assert mean_sd([0.5, float("nan")]) == "0.500"

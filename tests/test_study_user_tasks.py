@@ -1,4 +1,4 @@
-"""A study on a user's own task: ``trl-rlvr-ext study self --tasks <reasoning_gym: name>`` (--quick), its warm-started
+"""A study on a user's own task: ``python -m lab study self --tasks <reasoning_gym: name>`` (--quick), its warm-started
 base, its rerun command, its trivial baseline row, and the refusals."""
 
 import json
@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from trl_rlvr_ext.cli import main
+from lab.cli import main
 
 
 pytest.importorskip("reasoning_gym", reason="needs the [gym] extra (installed by the dev extra)")
@@ -15,7 +15,7 @@ NAME = "reasoning_gym:chain_sum?size=40&test_size=5&max_terms=2&max_digits=1&str
 
 
 def test_quick_study_on_a_reasoning_gym_name_then_its_rerun(tmp_path, monkeypatch, capsys):
-    from trl_rlvr_ext.studies.user_tasks import task_dir_name
+    from lab.studies.user_tasks import task_dir_name
 
     out = tmp_path / "study"
     argv = ["study", "self", "--quick", "--tasks", NAME, "--arms", "base,grpo", "--seeds", "0"]
@@ -30,7 +30,7 @@ def test_quick_study_on_a_reasoning_gym_name_then_its_rerun(tmp_path, monkeypatc
     assert "| trivial_random_signs (guess from the prompt's structure) | 0,1,2 |" in table
     # the run's own rerun command selects the task by its dataset name again, and finds the run finished
     rerun = shlex.split(result["rerun_command"])
-    assert rerun[:3] == ["trl-rlvr-ext", "study", "self"] and rerun[rerun.index("--tasks") + 1] == NAME
+    assert rerun[:5] == ["python", "-m", "lab", "study", "self"] and rerun[rerun.index("--tasks") + 1] == NAME
     from trl_rlvr_ext.grpo.grpo_trainer import RLVRGRPOTrainer
 
     def no_training(*args, **kwargs):
@@ -38,13 +38,13 @@ def test_quick_study_on_a_reasoning_gym_name_then_its_rerun(tmp_path, monkeypatc
 
     monkeypatch.setattr(RLVRGRPOTrainer, "train", no_training)
     capsys.readouterr()
-    assert main(rerun[1:]) == 0
+    assert main(rerun[3:]) == 0
     assert "done, loading" in capsys.readouterr().out
 
 
 def test_a_reasoning_gym_name_gets_a_warm_started_base(monkeypatch):
-    from trl_rlvr_ext.studies import gym_bases
-    from trl_rlvr_ext.studies.user_tasks import dataset_task
+    from lab.studies.user_tasks import dataset_task
+    from trl_rlvr_ext import gym_bases
 
     calls = []
     monkeypatch.setattr(gym_bases, "get_gym_base_model_path", lambda **kwargs: calls.append(kwargs) or "/base")
@@ -82,12 +82,12 @@ def test_refusals_name_the_fix(tmp_path, monkeypatch):
 
 
 def test_the_clis_own_example_of_a_users_task_draws_its_splits():
-    """The dataset name `trl-rlvr-ext study --help` and the module's usage give as the example of a study on one's own
+    """The dataset name `python -m lab study --help` and the module's usage give as the example of a study on one's own
     task loads (an earlier example, count_bits with max_n=63, had too few distinct problems for the default splits)."""
     import re
 
+    from lab.scripts import study
     from trl_rlvr_ext.data import load_named_dataset
-    from trl_rlvr_ext.scripts import study
 
     examples = set(re.findall(r"'(reasoning_gym:[^']+)'", (study.__doc__ or "") + study.make_parser().format_help()))
     assert examples

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from trl_rlvr_ext.studies.student_t import student_t_cdf, student_t_quantile
-from trl_rlvr_ext.studies.verdicts import (
+from lab.studies.student_t import student_t_cdf, student_t_quantile
+from lab.studies.verdicts import (
     Claim,
     crossed_bootstrap,
     crossed_standard_error,

@@ -7,8 +7,6 @@ a trainer is touched) and a CLI subcommand only pays for what it uses.
 import importlib
 from typing import TYPE_CHECKING
 
-from ._compat import hold_bitsandbytes_kernel_notice
-
 
 __version__ = "0.1.0"
 
@@ -26,8 +24,9 @@ _LAZY = {
 
 __all__ = ["__version__", *_LAZY]
 
-# bitsandbytes' notice about its optional 4-bit CPU kernel is noise unless a 4-bit model is used (see `_compat`)
-hold_bitsandbytes_kernel_notice()
+# Importing the package changes nothing in another library (no logging filter, no patch): a drop-in library logs what
+# stock TRL would. The command lines (`trl_rlvr_ext.scripts`), an application of their own, hold bitsandbytes' 4-bit
+# kernel notice (see `_compat`).
 
 
 def __getattr__(name):

@@ -7,6 +7,9 @@
 
 ``trl-rlvr-ext <command> ...`` runs exactly as ``python -m trl_rlvr_ext.scripts.<module> ...`` does. An error of the
 package's own checks prints as one line; ``--debug`` anywhere on the command line shows its traceback.
+
+The evidence studies and their commands (``python -m lab study ...``, ``baselines``, ``screen``) are not part of the
+package: they live in the repository's ``lab/`` folder and run from a clone (`lab.cli`).
 """
 
 import importlib
@@ -20,9 +23,6 @@ COMMANDS = {
     "dpo": ("dpo", "train with ISDPOTrainer (IS-DAA) from a YAML recipe (packaged name or file)"),
     "recipes": ("recipes", "list the packaged recipes and accelerate configs, or print one"),
     "eval": ("eval", "Pass@k evaluation of one or more models: JSON + PNG curve"),
-    "study": ("study", "run a study (arms x seeds, Pass@k table and plots), e.g. self"),
-    "baselines": ("study_baselines", "trivial-policy baselines (guesses from the prompt) of studies' evaluation sets"),
-    "screen": ("screen_tasks", "screen tasks for a model's learnable regime (base vs trivial pass@k), rendered page"),
     "relex": ("relex", "RELEX: fit a recorded checkpoint trajectory, write extrapolated checkpoints"),
     "curate": ("curate", "score a dataset's prompts (pass rate, greedy) and filter"),
     "score-behavior": ("score_behavior", "add behavior_*_logps columns to a preference dataset for IS-DPO"),
@@ -31,19 +31,24 @@ COMMANDS = {
 }
 
 
-def _usage() -> str:
-    lines = ["usage: trl-rlvr-ext <command> [options]", "", "commands:"]
-    lines += [f"  {name:<16}{help_text}" for name, (_, help_text) in COMMANDS.items()]
-    lines += ["", "Run `trl-rlvr-ext <command> --help` for the options of a command."]
+def usage(prog: str, commands: dict[str, tuple[str, str]]) -> str:
+    """The command list of ``prog``: each command of ``commands`` (name -> (module, one-line help)) with its help."""
+    width = max(16, max(map(len, commands)) + 2)
+    lines = [f"usage: {prog} <command> [options]", "", "commands:"]
+    lines += [f"  {name:<{width}}{help_text}" for name, (_, help_text) in commands.items()]
+    lines += ["", f"Run `{prog} <command> --help` for the options of a command."]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def dispatch(argv: list[str] | None, prog: str, commands: dict[str, tuple[str, str]], package: str) -> int:
+    """Run ``<prog> <command> ...``: the ``cli_main(rest)`` of the module ``<package>.<module>`` that ``commands``
+    names for the command. The package's own clear errors print as one line (no traceback); ``--debug`` anywhere shows
+    the traceback."""
     from .scripts.errors import pop_debug_flag, run_reporting_errors
 
     argv = pop_debug_flag(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        print(usage(prog, commands))
         return 0
     if argv[0] in ("-V", "--version"):
         from . import __version__
@@ -51,12 +56,15 @@ def main(argv: list[str] | None = None) -> int:
         print(__version__)
         return 0
     command, rest = argv[0], argv[1:]
-    if command not in COMMANDS:
-        print(f"trl-rlvr-ext: unknown command {command!r}.\n\n{_usage()}", file=sys.stderr)
+    if command not in commands:
+        print(f"{prog}: unknown command {command!r}.\n\n{usage(prog, commands)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"trl_rlvr_ext.scripts.{COMMANDS[command][0]}")
-    # The package's own clear errors as one line (no traceback); `--debug` shows the traceback
-    return run_reporting_errors(f"trl-rlvr-ext {command}", module.cli_main, rest)
+    module = importlib.import_module(f"{package}.{commands[command][0]}")
+    return run_reporting_errors(f"{prog} {command}", module.cli_main, rest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(argv, "trl-rlvr-ext", COMMANDS, "trl_rlvr_ext.scripts")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 A *base model* here is a tiny model given a short supervised warm start on a task's train partition, so that RLVR
 has a policy with a spread of per-problem pass rates to learn from. The toy base (`trl_rlvr_ext.toy.warmstart`) and
-the reasoning-gym bases (`trl_rlvr_ext.studies.gym_bases`) differ only in their demonstrations; both are built
+the reasoning-gym bases (`trl_rlvr_ext.gym_bases`) differ only in their demonstrations; both are built
 here:
 
 * `supervised_warm_start`: plain PyTorch AdamW on (prompt, completion) demonstrations, loss on the completion only,

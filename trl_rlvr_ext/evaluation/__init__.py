@@ -6,8 +6,7 @@ callback, plots and a CLI.
 
 import importlib
 
-from .metrics import PASS_AT_K_METRIC_PATH
-from .pass_at_k import (
+from .estimators import (
     answer_classes,
     bootstrap_intervals,
     counts_from_correctness,
@@ -19,6 +18,7 @@ from .pass_at_k import (
     pass_hat_k,
     pass_metrics,
 )
+from .metrics import PASS_AT_K_METRIC_PATH
 
 
 _LAZY = {
@@ -38,6 +38,7 @@ _LAZY = {
 
 __all__ = [
     "PASS_AT_K_METRIC_PATH",
+    "BoundaryProbeCallback",
     "PassAtKCallback",
     "PassAtKResult",
     "TrainerVLLMBackend",

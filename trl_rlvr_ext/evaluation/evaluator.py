@@ -20,7 +20,7 @@ from ..sampling import (
     sampling_from_deprecated_keywords,
 )
 from .answers import extract_answers, resolve_answer_extractor
-from .pass_at_k import answer_classes, pass_metrics
+from .estimators import answer_classes, pass_metrics
 
 
 @dataclass

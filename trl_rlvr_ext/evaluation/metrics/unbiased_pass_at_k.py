@@ -9,7 +9,7 @@ Load it offline from the installed package (no hub access):
     metric.compute(predictions=[[True, False, False, True], [False, False, False, False]], k=[1, 2, 4])
 
 Each prediction is the list of per-sample correctness flags of one problem (its length is that problem's n). The
-estimate is `trl_rlvr_ext.evaluation.pass_at_k`, the numpy core; this module only adapts it to `evaluate`.
+estimate is `trl_rlvr_ext.evaluation.estimators`, the numpy core; this module only adapts it to `evaluate`.
 """
 
 # One import per line: evaluate's dependency scanner cannot parse "import a, b".
@@ -17,8 +17,8 @@ import datasets
 import evaluate
 import numpy as np
 
-from trl_rlvr_ext.evaluation.pass_at_k import counts_from_correctness, default_ks
-from trl_rlvr_ext.evaluation.pass_at_k import pass_at_k as _pass_at_k
+from trl_rlvr_ext.evaluation.estimators import counts_from_correctness, default_ks
+from trl_rlvr_ext.evaluation.estimators import pass_at_k as _pass_at_k
 
 
 _CITATION = """\

@@ -1,0 +1,372 @@
+"""The verdict rule of a study: a pre-declared, paired comparison with a 95 % interval, judged mechanically.
+
+A claim names an arm, its baseline, a metric and the claimed direction, and, where the paper gives one, the paper's
+effect size (else a smallest effect of interest). The effect is the **paired** difference, arm minus baseline, on the
+same seeds and the same problems:
+
+    d[s, p] = metric_arm[s, p] − metric_baseline[s, p]        (seed s, problem p)
+    effect  = mean_s mean_p d[s, p]
+
+**The design is crossed** (evidence v3): every seed runs on the same problems, so a problem's effect is shared by every
+seed. The model is d[s, p] = μ + a_s + b_p + e_sp (seed, problem and residual terms), whose grand mean has variance
+
+    Var(effect) = σ²_seed / S + σ²_problem / P + σ²_residual / (S P).
+
+An earlier rule redrew the problems separately within each drawn seed, which shrinks the problem term by S; its
+seed-t half ignored the problem term. The interval is now the **hull of two 95 % intervals**, both crossed:
+
+- a **crossed bootstrap** (`crossed_bootstrap`): each replicate draws the seeds with replacement and ONE problem draw,
+  with replacement, shared by every drawn seed; the percentile interval of the replicate means. The pairing is kept
+  (a problem's arm and baseline values are resampled together);
+- a **crossed t interval** (`crossed_t_interval`): effect ± t_{0.975, ν} · se, with se² = (MS_seed + MS_problem −
+  MS_residual) / (S P) from the two-way ANOVA mean squares (the unbiased moment estimate of the variance above,
+  floored at max(MS_seed, MS_problem) / (S P), each a lower bound of it) and ν its Satterthwaite degrees of freedom.
+
+Why both: with the few seeds a CPU affords (3-5) the percentile bootstrap is too narrow at the seed level (3 seeds
+have 10 distinct resamples, and it has no small-sample factor), which the t quantile at ν degrees of freedom corrects;
+the bootstrap does not lean on the normal shape of the effect. A verdict must hold under both.
+
+The verdict follows from the interval ``[lo, hi]`` of the effect signed in the claimed direction, and nothing else:
+
+- **no test**: every paired difference is exactly 0 (e.g. both arms at the ceiling, pass = 1 on every problem and
+  seed): the design measured no variation, so no interval can be formed and nothing is judged;
+- **reproduced**: ``lo > 0`` (the interval excludes 0 in the claimed direction);
+- **not reproduced**: ``hi < threshold``, the paper's effect or the smallest effect of interest (the interval excludes
+  it: any effect there is smaller than claimed, or opposite);
+- **inconclusive**: none of these.
+
+A **non-inferiority** claim ("the arm matches the baseline", e.g. an extrapolated checkpoint against the trained one)
+sets a ``margin`` m > 0 instead of an effect to exclude: the arm is claimed not worse than the baseline by more than m.
+Then **reproduced** if ``lo > −m`` (the interval excludes a loss of m or more), **not reproduced** if ``hi < −m`` (it
+excludes every effect above −m: the arm is worse by more than m), else **inconclusive** (`decide_non_inferior`).
+
+`judge` also reports the minimum detectable effect, the true effect this design detects with 80 % power at this
+level: ``(t_{0.975, ν} + t_{0.8, ν}) · se``, se the larger of the crossed standard error and the bootstrap's.
+
+**Grids** (one claim judged at many points, e.g. matched-KL levels): `holm_decisions` controls the family-wise error of
+the grid's verdicts by Holm's step-down over the one-sided t tests behind them (α = 0.025 each way, as the 95 %
+interval's ends are), stated on every page that shows a grid.
+
+Student's t distribution comes from `lab.studies.student_t` (the package does not depend on scipy). Pure
+numpy; no trainer, no study.
+"""
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from trl_rlvr_ext.evaluation.paired import chunked_resample_means, crossed_bootstrap
+
+from .student_t import student_t_cdf, student_t_quantile
+
+
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "no test")
+NO_TEST = "no test"
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One pre-declared comparison: ``arm`` against ``baseline`` on ``metric``, in ``direction`` (+1: the arm is
+    claimed higher, −1: lower), with the paper's effect size or a smallest effect of interest (in the metric's units,
+    signed in the claimed direction, so positive).
+
+    The rest says where the claim is judged and how to read it (the page renderer, `lab.studies.report`,
+    reads them): ``reason`` says where the effect size comes from (the paper's table, or why that smallest effect);
+    ``tasks`` / ``settings`` restrict the claim to some of the study's tasks and settings (empty: every one where both
+    arms ran); ``part_of`` names the claim this one is a part of (a claim with parts is "mixed" when its parts'
+    verdicts differ); ``exploratory`` says why the comparison was set after looking at the data, as a short label, ": "
+    and the details (empty: pre-declared); ``requires`` names a claim that must be reproduced on a task for this
+    claim's part there to count (a boundary claim needs a task whose trivial policy stays below the base): elsewhere
+    the part is shown, not counted.
+    A ``baseline`` of ``"trivial*"`` stands for the task's strongest trivial-policy baseline at the claim's k (the arm
+    named ``trivial...`` with the highest mean).
+    """
+
+    name: str
+    arm: str
+    baseline: str
+    metric: str
+    direction: int = 1
+    paper_effect: float | None = None
+    smallest_effect: float | None = None
+    reason: str = ""
+    tasks: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
+    part_of: str = ""
+    exploratory: str = ""
+    requires: str = ""
+    margin: float | None = None  # non-inferiority: the arm is claimed not worse than the baseline by more than this
+
+    def __post_init__(self):
+        if self.direction not in (1, -1):
+            raise ValueError(f"direction must be +1 (arm higher) or -1 (arm lower), got {self.direction}.")
+        if self.margin is not None:
+            if self.paper_effect is not None or self.smallest_effect is not None:
+                raise ValueError(
+                    f"Claim {self.name!r} sets a margin (non-inferiority) and an effect to exclude: a claim is one or "
+                    "the other. Drop paper_effect / smallest_effect, or the margin."
+                )
+            if not self.margin > 0:
+                raise ValueError(
+                    f"Claim {self.name!r}: the non-inferiority margin must be > 0 (the loss taken to matter), got "
+                    f"{self.margin}."
+                )
+            return
+        threshold = self.threshold
+        if threshold is None:
+            raise ValueError(
+                f"Claim {self.name!r} needs paper_effect or smallest_effect: without one, 'not reproduced' is "
+                "undefined (no effect size can be excluded)."
+            )
+        if not threshold > 0:
+            raise ValueError(
+                f"Claim {self.name!r}: the effect to exclude must be > 0 (signed in the claimed direction)."
+            )
+
+    @property
+    def threshold(self) -> float | None:
+        return self.paper_effect if self.paper_effect is not None else self.smallest_effect
+
+    @property
+    def to_exclude(self) -> str:
+        """What the claim's verdict excludes, as the pages print it: the effect (the paper's or a stated smallest
+        one), or for a non-inferiority claim the loss of its margin."""
+        if self.margin is not None:
+            return f"{-self.margin:+.3f} (margin)"
+        return f"{self.threshold:.3f} ({'paper' if self.paper_effect is not None else 'stated'})"
+
+    @property
+    def k(self) -> int:
+        """The ``k`` of a ``pass@k`` metric (the only metric the renderer judges: per problem, from the counts)."""
+        prefix, _, k = self.metric.partition("@")
+        if prefix != "pass" or not k.isdigit() or int(k) < 1:
+            raise ValueError(f"Claim {self.name!r}: metric {self.metric!r} is not 'pass@<k>' with k >= 1.")
+        return int(k)
+
+
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """A claim's effect, interval, minimum detectable effect and the verdict the rule gives."""
+
+    claim: Claim
+    effect: float  # signed in the claimed direction
+    low: float  # the decision interval: the hull of the crossed bootstrap and crossed t intervals
+    high: float
+    minimum_detectable_effect: float
+    num_seeds: int
+    num_problems: int
+    verdict: str
+    bootstrap_low: float = float("nan")  # `crossed_bootstrap`'s percentile interval
+    bootstrap_high: float = float("nan")
+    t_low: float = float("nan")  # `crossed_t_interval`
+    t_high: float = float("nan")
+    degrees_of_freedom: float = float("nan")  # the crossed t interval's (Satterthwaite)
+
+
+def paired_differences(arm: Mapping[int, Sequence[float]], baseline: Mapping[int, Sequence[float]]) -> np.ndarray:
+    """``d[s, p]``: per seed (the seeds both have) and per problem, arm minus baseline. Every seed must hold the same
+    problems, in the same order, in both."""
+    seeds = sorted(set(arm) & set(baseline))
+    if len(seeds) < 2:
+        raise ValueError(
+            f"A paired comparison needs at least 2 seeds that both arms ran, got {seeds} (arm {sorted(arm)}, "
+            f"baseline {sorted(baseline)})."
+        )
+    rows = []
+    for seed in seeds:
+        a, b = np.asarray(arm[seed], dtype=float), np.asarray(baseline[seed], dtype=float)
+        if a.shape != b.shape or a.ndim != 1 or a.size == 0:
+            raise ValueError(f"Seed {seed}: the arm has {a.shape} values and the baseline {b.shape}; they must pair.")
+        rows.append(a - b)
+    if len({row.size for row in rows}) != 1:
+        raise ValueError("Every seed must be evaluated on the same problems.")
+    return np.stack(rows)
+
+
+def _nested(rng, size, num_seeds, num_problems, differences):
+    seed_draws = rng.integers(0, num_seeds, size=(size, num_seeds))
+    problem_draws = rng.integers(0, num_problems, size=(size, num_seeds, num_problems))
+    return differences[seed_draws[..., None], problem_draws]
+
+
+def hierarchical_bootstrap(differences: np.ndarray, num_resamples: int = 10_000, seed: int = 0) -> np.ndarray:
+    """Means of ``num_resamples`` nested resamples of ``differences`` (seeds × problems): seeds with replacement, then
+    problems with replacement *within each drawn seed*. Not the rule's (see the module: it shrinks the shared problem
+    variance by the seed count); kept to show, in the tests, what the crossed design corrects."""
+    return chunked_resample_means(differences, num_resamples, seed, _nested)
+
+
+def crossed_standard_error(differences: np.ndarray) -> tuple[float, float]:
+    """``(se, ν)``: the standard error of the grand mean of a seeds × problems table under the crossed model (see the
+    module) and its Satterthwaite degrees of freedom.
+
+    Two-way ANOVA without replication: MS_seed = P Σ_s (r_s − m)² / (S − 1), MS_problem = S Σ_p (c_p − m)² / (P − 1),
+    MS_residual = Σ (d − r_s − c_p + m)² / ((S − 1)(P − 1)), with r, c the seed and problem means and m the grand mean;
+    E[MS_seed + MS_problem − MS_residual] = S P · Var(m). The estimate is floored at max(MS_seed, MS_problem), whose
+    expectations (σ²_e + P σ²_seed, σ²_e + S σ²_problem) are each at most S P · Var(m). With one problem only the seed
+    term is left: the t interval over seeds."""
+    d = np.asarray(differences, dtype=float)
+    num_seeds, num_problems = d.shape
+    if num_seeds < 2:
+        raise ValueError(f"A crossed interval needs at least 2 seeds, got {num_seeds}.")
+    grand = d.mean()
+    seed_means, problem_means = d.mean(axis=1), d.mean(axis=0)
+    ms_seed = num_problems * float(np.sum((seed_means - grand) ** 2)) / (num_seeds - 1)
+    if num_problems < 2:
+        return math.sqrt(ms_seed / num_seeds), float(num_seeds - 1)
+    ms_problem = num_seeds * float(np.sum((problem_means - grand) ** 2)) / (num_problems - 1)
+    df_residual = (num_seeds - 1) * (num_problems - 1)
+    residual = d - seed_means[:, None] - problem_means[None, :] + grand
+    ms_residual = float(np.sum(residual**2)) / df_residual
+    terms = [(ms_seed, num_seeds - 1), (ms_problem, num_problems - 1), (-ms_residual, df_residual)]
+    combined = ms_seed + ms_problem - ms_residual
+    if combined >= max(ms_seed, ms_problem):
+        denominator = sum(value**2 / df for value, df in terms)
+        df = combined**2 / denominator if denominator > 0 else math.inf
+    else:  # the floor: the larger mean square alone, with its own degrees of freedom
+        combined, df = max((ms_seed, num_seeds - 1), (ms_problem, num_problems - 1))
+    return math.sqrt(max(combined, 0.0) / (num_seeds * num_problems)), float(df)
+
+
+def crossed_t_interval(differences: np.ndarray, confidence: float = 0.95) -> tuple[float, float, float]:
+    """``(low, high, ν)``: the grand mean ± t_{(1+confidence)/2, ν} · se (`crossed_standard_error`)."""
+    se, df = crossed_standard_error(differences)
+    mean = float(np.asarray(differences, dtype=float).mean())
+    half = student_t_quantile(1 - (1 - confidence) / 2, df) * se if se > 0 else 0.0
+    return mean - half, mean + half, df
+
+
+def seed_t_interval(differences: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The t interval of the per-seed mean differences (seeds as the only unit, ``n − 1`` degrees of freedom): right
+    where a seed yields one number (a matched-KL point, `lab.studies.frontier`); per-problem values take
+    `crossed_t_interval`."""
+    seed_means = np.asarray(differences, dtype=float).mean(axis=1)
+    n = seed_means.size
+    if n < 2:
+        raise ValueError(f"A t interval over seeds needs at least 2 seeds, got {n}.")
+    half = student_t_quantile(1 - (1 - confidence) / 2, n - 1) * float(seed_means.std(ddof=1)) / math.sqrt(n)
+    return float(seed_means.mean()) - half, float(seed_means.mean()) + half
+
+
+def minimum_detectable_effect(
+    standard_error: float, degrees_of_freedom: float = math.inf, confidence: float = 0.95, power: float = 0.8
+) -> float:
+    """The smallest true effect this design detects (interval excludes 0) with probability ``power``:
+    ``(t_{1−α/2, ν} + t_{power, ν}) · se`` (ν = ∞: the normal quantiles)."""
+    return (
+        student_t_quantile(1 - (1 - confidence) / 2, degrees_of_freedom)
+        + student_t_quantile(power, degrees_of_freedom)
+    ) * standard_error
+
+
+def decide(low: float, high: float, threshold: float) -> str:
+    """The verdict of an interval ``[low, high]`` of an effect signed in the claimed direction (see the module)."""
+    if not low <= high:
+        raise ValueError(f"An interval needs low <= high, got [{low}, {high}].")
+    if low > 0:
+        return "reproduced"
+    if high < threshold:
+        return "not reproduced"
+    return "inconclusive"
+
+
+def decide_non_inferior(low: float, high: float, margin: float) -> str:
+    """The verdict of a non-inferiority claim from the interval ``[low, high]`` of the effect (signed in the claimed
+    direction) and its ``margin`` (see the module): reproduced if the interval excludes a loss of ``margin`` or more,
+    not reproduced if it lies wholly below ``−margin``."""
+    if not low <= high:
+        raise ValueError(f"An interval needs low <= high, got [{low}, {high}].")
+    if not margin > 0:
+        raise ValueError(f"A non-inferiority margin must be > 0, got {margin}.")
+    if low > -margin:
+        return "reproduced"
+    if high < -margin:
+        return "not reproduced"
+    return "inconclusive"
+
+
+def judge(
+    claim: Claim,
+    arm: Mapping[int, Sequence[float]],
+    baseline: Mapping[int, Sequence[float]],
+    confidence: float = 0.95,
+    num_resamples: int = 10_000,
+    seed: int = 0,
+) -> Judgement:
+    """The claim judged on per-seed, per-problem values of its metric (e.g. each problem's unbiased pass@k)."""
+    differences = claim.direction * paired_differences(arm, baseline)
+    num_seeds, num_problems = differences.shape
+    if not np.any(differences):  # identical arms: no variation measured, nothing to judge
+        zero = 0.0
+        return Judgement(
+            claim, zero, zero, zero, float("nan"), num_seeds, num_problems, NO_TEST, zero, zero, zero, zero
+        )
+    means = crossed_bootstrap(differences, num_resamples=num_resamples, seed=seed)
+    alpha = 1 - confidence
+    boot_low, boot_high = (float(v) for v in np.quantile(means, [alpha / 2, 1 - alpha / 2]))
+    t_low, t_high, df = crossed_t_interval(differences, confidence)
+    low, high = min(boot_low, t_low), max(boot_high, t_high)
+    se = max(crossed_standard_error(differences)[0], float(means.std(ddof=1)))
+    mde = minimum_detectable_effect(se, df, confidence)
+    return Judgement(
+        claim=claim,
+        effect=float(differences.mean()),
+        low=low,
+        high=high,
+        minimum_detectable_effect=mde if math.isfinite(mde) else float("nan"),
+        num_seeds=num_seeds,
+        num_problems=num_problems,
+        verdict=(
+            decide(low, high, claim.threshold)
+            if claim.margin is None
+            else decide_non_inferior(low, high, claim.margin)
+        ),
+        bootstrap_low=boot_low,
+        bootstrap_high=boot_high,
+        t_low=t_low,
+        t_high=t_high,
+        degrees_of_freedom=df,
+    )
+
+
+def holm_decisions(
+    means: Sequence[float],
+    standard_errors: Sequence[float],
+    degrees_of_freedom: Sequence[float],
+    threshold: float,
+    alpha: float = 0.025,
+) -> list[str]:
+    """The verdicts of a grid of comparisons (effects signed in the claimed direction) under Holm's step-down, which
+    keeps the family-wise error of each kind of verdict at ``alpha`` (one-sided; 0.025 matches a 95 % interval's end).
+
+    "reproduced" at a point rejects H₀: effect ≤ 0 (p = 1 − T_ν(mean / se)); "not reproduced" rejects H₀': effect ≥
+    ``threshold`` (p = T_ν((mean − threshold) / se)). Each family is stepped down on its own: the i-th smallest p of m
+    is compared with alpha / (m − i + 1) until the first that fails. A point with se = 0 (no spread) decides by its
+    mean alone. With one point this is exactly `decide` on the t interval."""
+    m = len(means)
+    if not (len(standard_errors) == len(degrees_of_freedom) == m):
+        raise ValueError("means, standard_errors and degrees_of_freedom must have one entry per grid point.")
+
+    def p_value(i: int, shift: float, upper: bool) -> float:
+        mean, se, df = means[i] - shift, standard_errors[i], degrees_of_freedom[i]
+        if se == 0:
+            return 0.0 if (mean > 0 if upper else mean < 0) else 1.0
+        cdf = student_t_cdf(mean / se, df)
+        return 1 - cdf if upper else cdf
+
+    def step_down(p_values: list[float]) -> set[int]:
+        rejected = set()
+        for rank, index in enumerate(sorted(range(m), key=lambda i: p_values[i])):
+            if p_values[index] > alpha / (m - rank):
+                break
+            rejected.add(index)
+        return rejected
+
+    above_zero = step_down([p_value(i, 0.0, upper=True) for i in range(m)])
+    below_threshold = step_down([p_value(i, threshold, upper=False) for i in range(m)])
+    return [
+        "reproduced" if i in above_zero else "not reproduced" if i in below_threshold else "inconclusive"
+        for i in range(m)
+    ]
