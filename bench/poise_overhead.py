@@ -52,11 +52,11 @@ def cost_breakdown(model_path: str, out_dir: str, repeats: int, buffer_batches: 
     trainer.train()
     batch = [trainer.train_dataset[i] for i in range(trainer.args.generation_batch_size)]
     output = GRPOTrainer._generate_and_score_completions(trainer, batch)  # TRL's, without POISE
-    features = trainer._poise_features(output)
+    features = trainer.method("poise").features(output)
     dim = (features.shape[1] - 3) // 2
     parts = features[:, :dim], features[:, dim : 2 * dim], features[:, 2 * dim :]
     rewards = torch.rand(features.shape[0], generator=torch.Generator().manual_seed(0)).round()
-    state = trainer._poise
+    state = trainer.method("poise").baseline
     # the refit below sees buffer_batches batches of rows (a --steps run's buffer): fill it to one batch less
     while state.buffer["targets"].shape[0] < (buffer_batches - 1) * features.shape[0]:
         state.update(*parts, rewards)
@@ -64,7 +64,7 @@ def cost_breakdown(model_path: str, out_dir: str, repeats: int, buffer_batches: 
     for r in range(repeats + 1):
         grpo_overhead.synchronize()
         start = time.perf_counter()
-        trainer._poise_features(output)
+        trainer.method("poise").features(output)
         grpo_overhead.synchronize()
         middle = time.perf_counter()
         result, _ = state.advantages(rewards, *parts)

@@ -13,7 +13,7 @@ from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset, small_grpo_k
 from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer
 
 import trl_rlvr_ext.dpo.dpo_trainer as dpo_trainer_module
-import trl_rlvr_ext.grpo.grpo_trainer as grpo_trainer_module
+import trl_rlvr_ext.grpo.methods.clip_objective as grpo_trainer_module
 from trl_rlvr_ext import ISDPOConfig, ISDPOTrainer, RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.losses import clip_recovery_objective, is_daa_weights
 from trl_rlvr_ext.toy.preference import make_toy_preference_dataset

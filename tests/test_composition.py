@@ -1,0 +1,132 @@
+"""Composition as data: the table of refused pairs, the page rendered from it, every allowed pair trained one step on
+the toy, every refused pair's message naming the fix; and the extension API a user's method goes through."""
+
+import itertools
+from pathlib import Path
+
+import pytest
+from docs_helpers import docs_env, docs_toy_cache, run_docs_page  # noqa: F401 -- fixtures
+from grpo_helpers import digit_reward, prompt_dataset, small_grpo_kwargs
+
+from trl_rlvr_ext import GRPOMethod, RLVRGRPOConfig, RLVRGRPOTrainer, register_method
+from trl_rlvr_ext.grpo.composition import REFUSED, check_composition, refused_pairs, render_composition
+from trl_rlvr_ext.grpo.method import LOSS_COPY_HOOKS, registered_methods
+
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "composition.md"
+
+# One setting that turns each switchable built-in method on, valid on its own with `small_grpo_kwargs`
+ON = {
+    "clip_objective": {"clip_recovery": "nsr", "steps_per_generation": 2},
+    "delta": {"token_credit": "delta"},
+    "rsi": {"rsi_selection": "interval", "rsi_low": 0.0},
+    "curation": {"curation": "pass_rate", "remove_unused_columns": False},
+    "dynamic_sampling": {"dynamic_sampling": True},
+    "popo": {"objective": "popo", "popo_predictor_hidden_dim": 8},
+    "poise": {
+        "value_baseline": "poise",
+        "scale_rewards": "none",
+        "poise_prompt_pca": 2,
+        "poise_response_pca": 2,
+        "poise_pool_n": 2,
+        "poise_bootstrap_steps": 1,
+        "poise_warmup_steps": 1,
+    },
+    "relex": {"relex_record_steps": 1},
+}
+
+
+def _config(tmp_path, *names, **extra):
+    kwargs = small_grpo_kwargs(tmp_path, max_steps=1, per_device_train_batch_size=4)
+    for name in names:
+        kwargs.update(ON[name])
+    return RLVRGRPOConfig(**{**kwargs, **extra})
+
+
+def test_composition_page_is_the_render():
+    assert PAGE.read_text() == render_composition(), "regenerate: python -c 'from trl_rlvr_ext.grpo.composition ...'"
+
+
+def test_every_switchable_builtin_has_a_setting_here():
+    switchable = {cls.name for cls in registered_methods() if cls.switches and cls.name != "signal_check"}
+    assert switchable <= set(ON) | {"advantage_clip"}
+
+
+def test_the_loss_copy_runs_only_for_loss_hooks():
+    """The five-flag gate of old is derived: the copy of TRL's `_compute_loss` runs iff an active method overrides
+    one of the loss-copy hooks (NSR/ACPO/diagnostics, DelTA, RSI-S among the built-ins)."""
+    at_loss = {cls.name for cls in registered_methods() if set(cls.acts_on()) & set(LOSS_COPY_HOOKS)}
+    assert {"clip_objective", "delta", "rsi"} <= at_loss
+    assert not at_loss & {"curation", "dynamic_sampling", "relex", "reward_guard"}
+
+
+@pytest.mark.parametrize("refusal", REFUSED, ids=lambda r: f"{r.first}-{r.second}")
+def test_every_refused_pair_names_the_fix(tmp_path, refusal):
+    extra = {"curation": "self"} if refusal.second == "curation" else {}
+    with pytest.raises(ValueError) as error:
+        _config(tmp_path, refusal.first, refusal.second, **extra)
+    message = str(error.value)
+    first, second = (next(c for c in registered_methods() if c.name == n) for n in (refusal.first, refusal.second))
+    assert refusal.why in message
+    # the fix: the off value of each side's switch, spelled as a config field
+    for cls in (first, second):
+        switch, off = next(iter(cls.off_values().items()))
+        assert f"{switch}={off!r}" in message, message
+
+
+def test_a_conditional_refusal_lets_the_other_settings_through(tmp_path):
+    args = _config(tmp_path, "poise", "curation")  # pass_rate composes with POISE; SELF does not
+    check_composition(args)
+
+
+ALLOWED = [
+    pair for pair in itertools.combinations(ON, 2) if frozenset(pair) not in refused_pairs() and pair[0] != pair[1]
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", ALLOWED, ids="+".join)
+def test_every_allowed_pair_trains_one_step(tiny_model_path, tmp_path, pair):
+    args = _config(tmp_path, *pair)
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset(8)
+    )
+    assert {m.name for m in trainer.methods} >= set(pair)
+    trainer.train()
+    assert trainer.state.global_step == 1 and "train_loss" in trainer.state.log_history[-1]
+
+
+def test_a_user_method_is_refused_with_a_builtin_that_replaces_the_same_hook(tmp_path):
+    class MyObjective(GRPOMethod):
+        name = "my_objective_test"
+        switches = {"clip_recovery": "none"}  # noqa: RUF012  (rides on a built-in field, for the test only)
+
+        def clip_objective(self, ratio, advantages, per_token_logps, mask, inputs):
+            return None
+
+    register_method(MyObjective)
+    try:
+        with pytest.raises(ValueError, match=r"both replace `clip_objective`.*Set clip_recovery='none'"):
+            _config(tmp_path, "clip_objective")
+    finally:
+        from trl_rlvr_ext.grpo import method
+
+        method._REGISTRY.pop("my_objective_test")
+
+
+@pytest.mark.usefixtures("docs_env")
+def test_own_method_tutorial_runs(tmp_path):
+    namespace = run_docs_page("tutorials/own_method.md", tmp_path)
+    trainer = namespace["trainer"]
+    assert [m.name for m in trainer.methods][-2:] == ["reward_guard", "advantage_clip"]
+    assert "clip_objective" in [m.name for m in trainer.methods]
+    logs = trainer.state.log_history
+    assert any("advantage_clip/clipped_frac" in log for log in logs)
+    assert any("clip_recovery/high_frac" in log for log in logs)
+    assert (tmp_path / "own-method" / "checkpoint-2" / "advantage_clip_state.json").is_file()
+    # the state comes back on resume, through the trainer's checkpoint mechanism
+    method = trainer.method("advantage_clip")
+    saved = method.clipped_total
+    method.clipped_total = -1
+    trainer._load_optimizer_and_scheduler(str(tmp_path / "own-method" / "checkpoint-2"))
+    assert method.clipped_total == saved
