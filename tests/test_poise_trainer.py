@@ -213,7 +213,7 @@ def test_unscored_completions_are_refused(tiny_model_path, tmp_path):
 def test_delta_nsr_and_rsi_act_on_poises_advantages(tiny_model_path, tmp_path, monkeypatch):
     """DelTA's weights are computed after POISE replaced the advantages (its hook runs after every mixin's), and the
     loss-side options (NSR, RSI-S) read the batch's advantages: a few steps train, in both phases."""
-    from trl_rlvr_ext.grpo.methods import delta as grpo_trainer
+    from trl_rlvr_ext.grpo.methods import delta as delta_module
 
     trainer = poise_trainer(
         tmp_path,
@@ -226,7 +226,7 @@ def test_delta_nsr_and_rsi_act_on_poises_advantages(tiny_model_path, tmp_path, m
         max_steps=6,
     )
     replaced, read = [], []
-    original_advantages, original_delta = trainer.method("poise").baseline.advantages, grpo_trainer.delta_token_weights
+    original_advantages, original_delta = trainer.method("poise").baseline.advantages, delta_module.delta_token_weights
 
     def spy_advantages(*args):
         result, predictions = original_advantages(*args)
@@ -238,7 +238,7 @@ def test_delta_nsr_and_rsi_act_on_poises_advantages(tiny_model_path, tmp_path, m
         return original_delta(hidden, logps, advantages, mask, **kwargs)
 
     monkeypatch.setattr(trainer.method("poise").baseline, "advantages", spy_advantages)
-    monkeypatch.setattr(grpo_trainer, "delta_token_weights", spy_delta)
+    monkeypatch.setattr(delta_module, "delta_token_weights", spy_delta)
     trainer.train()
     assert len(replaced) == len(read) == 3  # one per generation batch (6 steps, each batch used twice)
     for ours, delta in zip(replaced, read, strict=True):

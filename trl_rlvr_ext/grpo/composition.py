@@ -125,9 +125,13 @@ def render_composition() -> str:
         f"| `{hook}` | {text}{' (one method at most)' * (hook in EXCLUSIVE_HOOKS and 'one method' not in text)} |"
         for hook, text in HOOKS.items()
     ]
-    lines += ["", "## Refused pairs", "", "| first | second | when | why |", "|---|---|---|---|"]
+    by_name = {cls.name: cls for cls in methods}
+    lines += ["", "## Refused pairs", "", "| first | second | when | why | fix |", "|---|---|---|---|---|"]
     for r in REFUSED:
-        lines.append(f"| {r.first} | {r.second} | {r.when_text or 'always'} | {r.why} |")
+        fix = r.fix or " or ".join(
+            ", ".join(f"`{n}={v!r}`" for n, v in by_name[name].off_values().items()) for name in (r.second, r.first)
+        )
+        lines.append(f"| {r.first} | {r.second} | {r.when_text or 'always'} | {r.why} | {fix} |")
     names = [cls.name for cls in methods]
     refused = refused_pairs()
     conditional = {frozenset((r.first, r.second)): r.when_text for r in REFUSED if r.when is not None}

@@ -18,7 +18,6 @@ The pairs that are refused, and why, are data in `trl_rlvr_ext.grpo.composition`
 read from the hooks it overrides (`acts_on`), so the table and the code cannot disagree.
 """
 
-import math
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -30,12 +29,12 @@ from .checkpoint_state import CheckpointState
 HOOKS: dict[str, str] = {
     "reward_funcs": "wraps the reward functions before TRL's construction (a class method: no instance exists yet)",
     "sampler": "returns the training sampler (``training=False``: a second one of its kind; one method at most)",
-    "generate_and_score": "wraps TRL's generation and scoring of a generation batch (dynamic sampling, curation)",
-    "generate_single_turn": "wraps TRL's sampling call (SELF's fused greedy rows)",
-    "rewards": "transforms the rewards TRL gathered over processes, (N, reward functions)",
-    "scored_batch": "reads or edits the scored generation batch: advantages, per-token fields",
+    "generate_and_score": "wraps TRL's generation and scoring of a generation batch (the earlier method outermost)",
+    "generate_single_turn": "wraps TRL's sampling call (the earlier method outermost)",
+    "rewards": "transforms the rewards TRL gathered over processes, (N, reward functions); the later method first",
+    "scored_batch": "reads or edits the finished generation batch (advantages, per-token fields); the later method first",
     "new_micro_batches": "sees the micro-batches of a new generation batch",
-    "micro_batch_loss": "wraps transformers' `compute_loss` of one micro-batch",
+    "micro_batch_loss": "wraps transformers' `compute_loss` of one micro-batch (the earlier method outermost)",
     "compute_loss": "replaces TRL's whole `_compute_loss` (one method at most)",
     "token_mask": "replaces TRL's entropy mask inside `_compute_loss` (which tokens get a policy gradient)",
     "log_ratio": "transforms the log importance ratio inside `_compute_loss`",
@@ -235,8 +234,3 @@ def methods_for(args) -> list[type[GRPOMethod]]:
 
 def active_methods(args) -> list[type[GRPOMethod]]:
     return [cls for cls in methods_for(args) if cls.active(args)]
-
-
-def finite(value) -> bool:
-    """A real number (not NaN, not infinite, not a bool): for the methods' checks."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
