@@ -10,7 +10,7 @@ from grpo_helpers import digit_reward, prompt_dataset, small_grpo_kwargs
 
 from trl_rlvr_ext import GRPOMethod, RLVRGRPOConfig, RLVRGRPOTrainer, register_method
 from trl_rlvr_ext.grpo.composition import REFUSED, check_composition, refused_pairs, render_composition
-from trl_rlvr_ext.grpo.method import LOSS_COPY_HOOKS, registered_methods
+from trl_rlvr_ext.grpo.method import LOSS_COPY_HOOKS, active_methods, registered_methods
 
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "composition.md"
@@ -129,3 +129,68 @@ def test_own_method_tutorial_runs(tmp_path):
     method.clipped_total = -1
     trainer._load_optimizer_and_scheduler(str(tmp_path / "own-method" / "checkpoint-2"))
     assert method.clipped_total == saved
+
+
+def test_the_registry_is_the_declared_order_and_a_user_method_comes_after():
+    from trl_rlvr_ext.grpo import method
+    from trl_rlvr_ext.grpo.methods import BUILTIN_METHODS
+
+    names = [cls.name for cls in registered_methods()]
+    assert names[: len(BUILTIN_METHODS)] == [cls.name for cls in BUILTIN_METHODS]
+
+    class Early(GRPOMethod):
+        name = "early_test"
+
+    class Late(GRPOMethod):
+        name = "late_test"
+
+    register_method(Late)
+    register_method(Early, before="delta")
+    try:
+        names = [cls.name for cls in registered_methods()]
+        assert names.index("early_test") == names.index("delta") - 1 and names[-1] == "late_test"
+        with pytest.raises(ValueError, match="no method of that name"):
+            register_method(type("Other", (GRPOMethod,), {"name": "other_test"}), before="nope")
+        with pytest.raises(TypeError, match="GRPOMethod subclass"):
+            register_method(object)
+    finally:
+        for name in ("early_test", "late_test"):
+            method._REGISTRY.pop(name)
+
+
+def test_a_users_config_fields_are_flat_checked_and_pickle(tmp_path):
+    import dataclasses
+    import pickle
+
+    @dataclasses.dataclass
+    class ScaleArgs:
+        scale_test: float = dataclasses.field(default=1.0, metadata={"help": "a factor"})
+
+    class Scale(GRPOMethod):
+        name = "scale_test"
+        Args = ScaleArgs
+        switches = {"scale_test": 1.0}  # noqa: RUF012
+
+        @classmethod
+        def check(cls, args):
+            if not args.scale_test > 0:
+                raise ValueError("scale_test must be > 0")
+
+        def advantages(self, advantages, inputs):
+            return advantages * self.args.scale_test
+
+    Config = RLVRGRPOConfig.with_methods(Scale)
+    assert Config is RLVRGRPOConfig.with_methods(Scale)  # built once: pickling finds it by name
+    assert Scale.acts_on() == ("advantages",)
+    register_method(Scale)
+    try:
+        args = Config(**small_grpo_kwargs(tmp_path), scale_test=0.5)
+        assert [cls.name for cls in active_methods(args)] == ["signal_check", "reward_guard", "scale_test"]
+        assert pickle.loads(pickle.dumps(args)).scale_test == 0.5
+        with pytest.raises(ValueError, match="scale_test must be > 0"):
+            Config(**small_grpo_kwargs(tmp_path), scale_test=0.0)
+        assert "scale_test" not in {f.name for f in dataclasses.fields(RLVRGRPOConfig)}
+    finally:
+        from trl_rlvr_ext.grpo import method
+
+        method._REGISTRY.pop("scale_test")
