@@ -15,7 +15,7 @@ run refits on more rows). Two measurements, on the settings of bench/grpo_overhe
 1. *Whole steps*, stock `trl.GRPOTrainer` against `RLVRGRPOTrainer(value_baseline="poise")`, alternated arm by arm for
    ``--rounds`` rounds of ``--steps`` steps; per round the mean step time from step 3 on; the median of the ratios.
 2. *Where POISE's cost goes*, on one generated batch, ``--repeats`` times: the hooked forward pass and the features
-   (`_poise_features`), and the probe's prediction, advantages and refit (`PoiseValueBaseline.advantages` + `update`)
+   (`Poise.features`), and the probe's prediction, advantages and refit (`PoiseValueBaseline.advantages` + `update`)
    on a buffer of ``--batch`` × ``--steps`` rows.
 
 The implied step ratio is 1 + (POISE's seconds per generation batch) / (steps per generation batch × stock step
