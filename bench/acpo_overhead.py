@@ -89,7 +89,7 @@ def acpo_work(model_path: str, out_dir: str, repeats: int, **trainer_options) ->
             if r >= 20:  # warm-up calls dropped
                 times[name].append(time.perf_counter() - start)
     trainer._metrics["train"].clear()
-    bound = trainer._acpo_bins(logps, ratio, mask).bound
+    bound = trainer.method("clip_objective").acpo_bins(logps, ratio, mask).bound
     _, clipped_low, clipped_high = ppo_clipped_objective(ratio, advantages, bound, bound)
     binds = bool((clipped_low | clipped_high).any())
     return {name: statistics.median(values) for name, values in times.items()} | {"clip_binds": binds}

@@ -14,7 +14,7 @@ settings of bench/grpo_overhead.py (``num_iterations=2``: one generation every t
    whole generate-and-reuse cycles, so that the generation steps, where DelTA costs, are counted in proportion); the
    result is the median of the per-round ratios.
 2. *Where DelTA's cost goes*, on one generated batch, ``--repeats`` interleaved times: the whole of
-   `_token_credit_weights` (the hooked forward pass, the weights, their metrics); within it the weights
+   `Delta.token_weights` (the hooked forward pass, the weights, their metrics); within it the weights
    (`delta_token_weights`) and the metrics (`delta_weight_stats` and the gather), timed by wrapping them; the
    hidden-state capture is the rest (the forward pass with the hook, the copies of the completion positions, their
    concatenation). The same forward pass without the hook is timed beside it: what the capture adds to a plain pass.
@@ -42,7 +42,7 @@ try:  # run as a script (bench/ on sys.path) or imported as bench.delta_overhead
 except ImportError:
     from bench import grpo_overhead
 
-import trl_rlvr_ext.grpo.grpo_trainer as grpo_trainer_module
+import trl_rlvr_ext.grpo.methods.delta as delta_module
 
 
 ARMS = ("stock", "delta")
@@ -50,10 +50,10 @@ SKIP_STEPS = 2  # the first generate-and-reuse cycle (num_iterations=2): warm-up
 
 
 class Stopwatch:
-    """Wraps a module-level function of `trl_rlvr_ext.grpo.grpo_trainer`, summing the seconds spent in it."""
+    """Wraps a module-level function of `trl_rlvr_ext.grpo.methods.delta`, summing the seconds spent in it."""
 
     def __init__(self, name: str):
-        self.name, self.original, self.seconds = name, getattr(grpo_trainer_module, name), 0.0
+        self.name, self.original, self.seconds = name, getattr(delta_module, name), 0.0
 
         def timed(*args, **kwargs):
             grpo_overhead.synchronize()
@@ -63,14 +63,14 @@ class Stopwatch:
             self.seconds += time.perf_counter() - start
             return out
 
-        setattr(grpo_trainer_module, name, timed)
+        setattr(delta_module, name, timed)
 
     def take(self) -> float:
         seconds, self.seconds = self.seconds, 0.0
         return seconds
 
     def close(self) -> None:
-        setattr(grpo_trainer_module, self.name, self.original)
+        setattr(delta_module, self.name, self.original)
 
 
 def cost_breakdown(model_path: str, out_dir: str, repeats: int, **trainer_options) -> dict[str, float]:
@@ -100,7 +100,7 @@ def cost_breakdown(model_path: str, out_dir: str, repeats: int, **trainer_option
                 grpo_overhead.synchronize()
                 start = time.perf_counter()
                 if what == "delta":
-                    trainer._token_credit_weights(output)
+                    trainer.method("delta").token_weights(output)
                 else:
                     plain_pass()
                 grpo_overhead.synchronize()
@@ -158,7 +158,7 @@ def main():
     print(f"\nDelTA per generation batch ({parts['tokens'][0]} completions x {parts['tokens'][1]} tokens; median of "
           f"{args.repeats} interleaved repeats):")  # fmt: skip
     rows = [
-        ("total (`_token_credit_weights`)", parts["total"]),
+        ("total (`Delta.token_weights`)", parts["total"]),
         ("hidden-state capture (hooked no-grad forward)", parts["capture"]),
         ("weights (`delta_token_weights`)", parts["weights"]),
         ("metrics (`delta_weight_stats` + gather)", parts["stats"]),

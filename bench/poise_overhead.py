@@ -15,7 +15,7 @@ run refits on more rows). Two measurements, on the settings of bench/grpo_overhe
 1. *Whole steps*, stock `trl.GRPOTrainer` against `RLVRGRPOTrainer(value_baseline="poise")`, alternated arm by arm for
    ``--rounds`` rounds of ``--steps`` steps; per round the mean step time from step 3 on; the median of the ratios.
 2. *Where POISE's cost goes*, on one generated batch, ``--repeats`` times: the hooked forward pass and the features
-   (`_poise_features`), and the probe's prediction, advantages and refit (`PoiseValueBaseline.advantages` + `update`)
+   (`Poise.features`), and the probe's prediction, advantages and refit (`PoiseValueBaseline.advantages` + `update`)
    on a buffer of ``--batch`` × ``--steps`` rows.
 
 The implied step ratio is 1 + (POISE's seconds per generation batch) / (steps per generation batch × stock step
@@ -52,11 +52,11 @@ def cost_breakdown(model_path: str, out_dir: str, repeats: int, buffer_batches: 
     trainer.train()
     batch = [trainer.train_dataset[i] for i in range(trainer.args.generation_batch_size)]
     output = GRPOTrainer._generate_and_score_completions(trainer, batch)  # TRL's, without POISE
-    features = trainer._poise_features(output)
+    features = trainer.method("poise").features(output)
     dim = (features.shape[1] - 3) // 2
     parts = features[:, :dim], features[:, dim : 2 * dim], features[:, 2 * dim :]
     rewards = torch.rand(features.shape[0], generator=torch.Generator().manual_seed(0)).round()
-    state = trainer._poise
+    state = trainer.method("poise").baseline
     # the refit below sees buffer_batches batches of rows (a --steps run's buffer): fill it to one batch less
     while state.buffer["targets"].shape[0] < (buffer_batches - 1) * features.shape[0]:
         state.update(*parts, rewards)
@@ -64,7 +64,7 @@ def cost_breakdown(model_path: str, out_dir: str, repeats: int, buffer_batches: 
     for r in range(repeats + 1):
         grpo_overhead.synchronize()
         start = time.perf_counter()
-        trainer._poise_features(output)
+        trainer.method("poise").features(output)
         grpo_overhead.synchronize()
         middle = time.perf_counter()
         result, _ = state.advantages(rewards, *parts)

@@ -8,13 +8,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import delta_overhead
 
-import trl_rlvr_ext.grpo.grpo_trainer as grpo_trainer_module
+import trl_rlvr_ext.grpo.methods.delta as delta_module
 
 
 def test_delta_breakdown_times_every_part(tiny_model_path, tmp_path):
-    originals = grpo_trainer_module.delta_token_weights, grpo_trainer_module.delta_weight_stats
+    originals = delta_module.delta_token_weights, delta_module.delta_weight_stats
     parts = delta_overhead.cost_breakdown(tiny_model_path, str(tmp_path), 2, batch=8, completion_length=4)
-    assert (grpo_trainer_module.delta_token_weights, grpo_trainer_module.delta_weight_stats) == originals
+    assert (delta_module.delta_token_weights, delta_module.delta_weight_stats) == originals
     assert parts["weights"] > 0 and parts["stats"] > 0 and parts["capture"] > 0 and parts["plain_pass"] > 0
     assert parts["total"] >= parts["weights"] + parts["stats"]
     assert parts["steps_per_generation_batch"] == 2 and parts["tokens"] == (8, 4)

@@ -13,7 +13,7 @@ from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset, small_grpo_k
 from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer
 
 import trl_rlvr_ext.dpo.dpo_trainer as dpo_trainer_module
-import trl_rlvr_ext.grpo.grpo_trainer as grpo_trainer_module
+import trl_rlvr_ext.grpo.methods.clip_objective as clip_objective_module
 from trl_rlvr_ext import ISDPOConfig, ISDPOTrainer, RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.losses import clip_recovery_objective, is_daa_weights
 from trl_rlvr_ext.toy.preference import make_toy_preference_dataset
@@ -120,13 +120,13 @@ def _train_grpo_in_bf16_weights(model_path, reward, dataset, config_kwargs):
 @pytest.fixture
 def ratio_dtypes(monkeypatch):
     """The dtypes of the ratios NSR receives in the trainer."""
-    seen, original = [], grpo_trainer_module.clip_recovery_objective
+    seen, original = [], clip_objective_module.clip_recovery_objective
 
     def spy(ratio, advantages, *args, **kwargs):
         seen.append(ratio.dtype)
         return original(ratio, advantages, *args, **kwargs)
 
-    monkeypatch.setattr(grpo_trainer_module, "clip_recovery_objective", spy)
+    monkeypatch.setattr(clip_objective_module, "clip_recovery_objective", spy)
     return seen
 
 

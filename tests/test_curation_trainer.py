@@ -13,7 +13,7 @@ from trl.trainer.utils import split_tensor_dict
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.evaluation.generation import TransformersBackend, decode_completions, render_prompt_ids
-from trl_rlvr_ext.grpo.curation_mixin import CURATION_STATE_NAME
+from trl_rlvr_ext.grpo.methods.curation import CURATION_STATE_NAME
 from trl_rlvr_ext.sampling import SamplingSettings
 from trl_rlvr_ext.testing import assert_stock_when_off
 
@@ -35,7 +35,7 @@ def make_trainer(tmp_path, model_path, reward=length_reward, dataset=None, **ove
 
 def scripted_greedy(trainer, solved_rows):
     """Replace the greedy answers' grading by a script: row r is solved iff r in solved_rows(step)."""
-    trainer._curation_grade = lambda examples, completion_ids: [
+    trainer.method("curation").grade = lambda examples, completion_ids: [
         ex["curation_row"] in solved_rows(trainer.state.global_step) for ex in examples
     ]
 
@@ -83,7 +83,7 @@ def test_self_loss_equals_grpo_loss_on_the_kept_prompts(tiny_model_path, tmp_pat
     kept_batch["advantages"] = advantages
     kept_batch["num_items_in_batch"] = out["completion_mask"][keep].sum()
     expected = GRPOTrainer._compute_loss(trainer, trainer.model, kept_batch)
-    trainer._curation_count_window_rows([out])  # what _prepare_inputs does for the sequence-averaged losses
+    trainer.method("curation").count_window_rows([out])  # what _prepare_inputs does for the sequence-averaged losses
     got = trainer.compute_loss(trainer.model, out)
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-7)
     assert got.abs() > 0
@@ -118,7 +118,7 @@ def test_self_loss_over_micro_batches_sums_to_the_kept_only_loss(tiny_model_path
 
 
 def test_greedy_rows_processor_forces_the_argmax_only_where_asked():
-    from trl_rlvr_ext.grpo.curation_mixin import GreedyRows
+    from trl_rlvr_ext.curation.greedy import GreedyRows
 
     scores = torch.tensor([[0.1, 2.0, -1.0], [3.0, 0.0, 1.0], [0.0, 0.5, 0.4]])
     out = GreedyRows(torch.tensor([False, True, True]))(None, scores.clone())
@@ -130,13 +130,13 @@ def test_greedy_rows_processor_forces_the_argmax_only_where_asked():
 def test_fused_greedy_rows_equal_a_separate_greedy_decode(tiny_model_path, tmp_path):
     graded = []
     trainer = make_trainer(tmp_path, tiny_model_path, curation="self", per_device_train_batch_size=8)
-    real = trainer._curation_grade
+    real = trainer.method("curation").grade
 
     def spy(examples, completion_ids):
         graded.append(([e["curation_row"] for e in examples], [list(c) for c in completion_ids]))
         return real(examples, completion_ids)
 
-    trainer._curation_grade = spy
+    trainer.method("curation").grade = spy
     trainer.model.train()
     inputs = [dict(trainer.train_dataset[r]) for r in (5, 5, 2, 2, 7, 7, 0, 0)]
     out = trainer._generate_and_score_completions(inputs)
@@ -159,7 +159,7 @@ def test_greedy_pass_decodes_greedily_with_the_current_policy(tiny_model_path, t
 
     trainer = make_trainer(tmp_path, tiny_model_path, reward, curation="self")
     examples = [dict(trainer.train_dataset[r]) for r in range(5)]
-    correct = trainer._curation_greedy_grade(examples)
+    correct = trainer.method("curation").greedy_grade(examples)
     tokenizer = trainer.processing_class
     backend = TransformersBackend(trainer.model, tokenizer, batch_size=1)
     ids = backend.generate(
@@ -243,7 +243,7 @@ def test_empty_optimizer_window_inside_a_generation_batch_is_not_stepped(
         solved_first.append(solved)
         return solved
 
-    trainer._curation_grade = grade
+    trainer.method("curation").grade = grade
     recorder = StateRecorder(trainer)
     trainer.add_callback(recorder)
     trainer.train()
@@ -337,14 +337,14 @@ def test_self_sequence_averaged_loss_refuses_a_router_aux_loss(tiny_model_path, 
     trainer = make_trainer(tmp_path, tiny_model_path, curation="self", loss_type="grpo")
     trainer.aux_loss_enabled = True  # what GRPOTrainer sets for a MoE model with router_aux_loss_coef != 0
     with pytest.raises(ValueError, match="router auxiliary loss"):
-        trainer._curation_check_loss_terms()
+        trainer.method("curation").check_loss_terms()
 
 
 def test_self_default_is_the_papers_filter(tiny_model_path, tmp_path):
     """By default SELF draws every batch uniformly and lets it shrink: prompts found solved are drawn again."""
     trainer = make_trainer(tmp_path, tiny_model_path, curation="self", per_device_train_batch_size=4)
     assert trainer.args.curation_self_recheck_steps == 0
-    state = trainer._curation_state
+    state = trainer.method("curation").curation_state
     state.update_greedy(list(range(8)), [True] * 8, step=0)  # every prompt solved just now
     sampler = trainer._get_train_sampler()
     drawn = [sampler.draw_chunk() for _ in range(4)]
@@ -434,7 +434,7 @@ def test_pass_rate_curation_trains_and_tracks_pass_rates(tiny_model_path, tmp_pa
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
     logs = [log for log in trainer.state.log_history if "loss" in log]
     assert all("curation/mean_pass_rate" in log and "curation/batch_pass_rate" in log for log in logs)
-    state, sampler = trainer._curation_state, trainer._curation_sampler
+    state, sampler = trainer.method("curation").curation_state, trainer.method("curation").training_sampler
     assert state.trials.sum() == 4 * 8  # 4 generation batches of 8 completions
     probabilities = sampler.probabilities()
     assert probabilities.min() > 0 and probabilities.max() > probabilities.min()  # the estimates moved the weights
@@ -468,7 +468,7 @@ def test_self_curation_on_the_toy_task_skips_solved_prompts(tiny_model_path, tmp
     trainer._generate_and_score_completions = spy
     trainer.train()
     # the pre-pass marked every even problem solved, so the sampler only ever draws odd ones
-    assert trainer._curation_state.prepass_done
+    assert trainer.method("curation").curation_state.prepass_done
     assert all(all(i % 2 == 1 for i in batch) for batch in drawn)
     assert all(log["curation/kept_prompts"] == 4 for log in trainer.state.log_history if "loss" in log)
 
@@ -512,7 +512,7 @@ def test_resume_continues_the_same_index_stream(tiny_model_path, tmp_path, mode)
             assert json.load(f)["state"]["num_prompts"] == 8
         resumed, stream = train(tmp_path / "full", resume=str(path))
         assert stream == full_stream[checkpoint:]
-        assert resumed._curation_state == full._curation_state
+        assert resumed.method("curation").curation_state == full.method("curation").curation_state
     assert len({tuple(rows) for _, rows in full_stream}) > 1
 
 
@@ -553,7 +553,7 @@ def test_configuration_errors_are_clear(tiny_model_path, tmp_path):
 @pytest.mark.parametrize("loss_type", ["dapo", "cispo"])
 def test_padding_rows_carry_no_loss(tiny_model_path, tmp_path, loss_type):
     # multi-process runs pad each rank's kept rows to a common count; for token-normalised losses that changes nothing
-    from trl_rlvr_ext.grpo.curation_mixin import select_rows
+    from trl_rlvr_ext.curation.controller import select_rows
 
     trainer = make_trainer(tmp_path, tiny_model_path, curation="self", loss_type=loss_type)
     scripted_greedy(trainer, lambda step: {1, 3})

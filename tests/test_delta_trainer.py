@@ -13,7 +13,7 @@ from test_grpo_trainer import _assert_same_run, _step_logs, _train
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
-from trl_rlvr_ext.grpo import grpo_trainer
+from trl_rlvr_ext.grpo.methods import delta as delta_method
 from trl_rlvr_ext.testing import assert_stock_when_off
 
 
@@ -62,13 +62,13 @@ def test_the_captured_hidden_states_are_the_lm_head_inputs(tiny_model_path, tmp_
         model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
     )
     seen = {}
-    original = grpo_trainer.delta_token_weights
+    original = delta_method.delta_token_weights
 
     def spy(hidden, logps, advantages, mask, **kwargs):
         seen.update(hidden=hidden, logps=logps, advantages=advantages, mask=mask, kwargs=kwargs)
         return original(hidden, logps, advantages, mask, **kwargs)
 
-    monkeypatch.setattr(grpo_trainer, "delta_token_weights", spy)
+    monkeypatch.setattr(delta_method, "delta_token_weights", spy)
     modes, forward = [], trainer._get_per_token_logps_and_entropies
 
     def record_mode(*args, **kwargs):

@@ -47,6 +47,8 @@ PAGE_TESTS = {
     "tutorials/pass_at_k.md": "test_docs_curation.py::test_pass_at_k_tutorial_runs",
     "tutorials/offline_curation.md": "test_docs_curation.py::test_offline_curation_tutorial_runs",
     "reference/api.md": "no code blocks",
+    "reference/composition.md": "test_composition.py::test_composition_page_is_the_render",
+    "tutorials/own_method.md": "test_composition.py::test_own_method_tutorial_runs",
     "evidence/index.md": "no code blocks",
     "evidence/self.md": "no code blocks",
     "evidence/nsr.md": "no code blocks",

@@ -19,8 +19,7 @@ from trl_rlvr_ext.curation.dynamic import (
     group_reward_std,
     informative_groups,
 )
-from trl_rlvr_ext.grpo.curation_mixin import CurationMixin
-from trl_rlvr_ext.grpo.dynamic_sampling import DYNAMIC_SAMPLING_STATE_NAME
+from trl_rlvr_ext.grpo.methods.dynamic_sampling import DYNAMIC_SAMPLING_STATE_NAME
 from trl_rlvr_ext.testing import assert_stock_when_off
 
 
@@ -244,14 +243,14 @@ def test_loss_equals_grpo_loss_on_the_kept_groups(tiny_model_path, tmp_path, los
         recorded.append(torch.tensor(out, dtype=torch.float64))
         return out
 
-    original = CurationMixin._generate_and_score_completions
+    original = GRPOTrainer._generate_and_score_completions
 
     def record_round(self, inputs):
         out = original(self, inputs)
         rounds.append(out)
         return out
 
-    monkeypatch.setattr(CurationMixin, "_generate_and_score_completions", record_round)
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", record_round)
     trainer = make_trainer(tmp_path, tiny_model_path, reward, loss_type=loss_type, max_completion_length=8)
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
@@ -328,7 +327,9 @@ def test_resume_continues_the_same_prompt_stream(tiny_model_path, tmp_path):
     resumed, resumed_seen = train(resume=str(checkpoint))
     assert resumed_seen == [s for s in full_seen if s[0] >= 2]
     assert len({s[0] for s in resumed_seen}) == 2 and len(resumed_seen) > 2  # extra rounds happened
-    assert resumed._ds_stream.state_dict() == full._ds_stream.state_dict()
+    assert (
+        resumed.method("dynamic_sampling").stream.state_dict() == full.method("dynamic_sampling").stream.state_dict()
+    )
     for p, q in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(p, q)
 
@@ -343,9 +344,9 @@ def test_composes_with_pass_rate_curation_counting_dropped_groups(tiny_model_pat
     trainer = make_trainer(tmp_path, tiny_model_path, reward, curation="pass_rate", max_steps=2)
     batches = spy_batches(trainer)
     trainer.train()
-    state = trainer._curation_state
+    state = trainer.method("curation").curation_state
     # every generated completion (kept or dropped) updated the pass-rate counts (decay 1 for an exact count)
-    assert trainer._ds_stream.source is not trainer._curation_sampler
+    assert trainer.method("dynamic_sampling").stream.source is not trainer.method("curation").training_sampler
     assert sum(generated) > 16  # extra rounds ran
     assert state.seen().sum() > 0
     for batch in batches:
@@ -363,7 +364,7 @@ def test_pass_rate_counts_include_dropped_groups(tiny_model_path, tmp_path):
         tmp_path, tiny_model_path, reward, curation="pass_rate", curation_pass_rate_decay=1.0, max_steps=2
     )
     trainer.train()
-    trials = trainer._curation_state.trials
+    trials = trainer.method("curation").curation_state.trials
     for i in range(16):
         assert trials[i] == generated.count(i)
     assert any(generated.count(i) for i in range(1, 16, 2))  # dropped (odd) prompts were counted too
@@ -371,7 +372,7 @@ def test_pass_rate_counts_include_dropped_groups(tiny_model_path, tmp_path):
 
 def test_composes_with_self_curation(tiny_model_path, tmp_path):
     trainer = make_trainer(tmp_path, tiny_model_path, curation="self", max_steps=2)
-    trainer._curation_grade = lambda examples, completion_ids: [False] * len(examples)
+    trainer.method("curation").grade = lambda examples, completion_ids: [False] * len(examples)
     batches = spy_batches(trainer)
     trainer.train()
     for batch in batches:
@@ -418,14 +419,14 @@ def test_rounds_merge_old_and_reference_log_probs(tiny_model_path, tmp_path, mon
     """With num_iterations=2 (old log-probs) and beta > 0 (reference log-probs), the per-token tensors of the rounds
     are merged row for row: each kept row keeps the values its own round computed, padded to the common width."""
     rounds = []
-    original = CurationMixin._generate_and_score_completions
+    original = GRPOTrainer._generate_and_score_completions
 
     def record_round(self, inputs):
         out = original(self, inputs)
         rounds.append(out)
         return out
 
-    monkeypatch.setattr(CurationMixin, "_generate_and_score_completions", record_round)
+    monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", record_round)
     trainer = make_trainer(tmp_path, tiny_model_path, num_iterations=2, beta=0.04, max_steps=4)
     batches = spy_batches(trainer)
     trainer.train()

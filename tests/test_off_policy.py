@@ -8,6 +8,7 @@ from test_grpo_trainer import _assert_same_run, _step_logs, _train
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+from trl_rlvr_ext.grpo.methods.clip_objective import ClipObjective
 from trl_rlvr_ext.losses import (
     CLIPPED_HIGH_EDGES,
     CLIPPED_LOW_EDGES,
@@ -67,17 +68,17 @@ def test_diagnostics_leave_stock_trl_unchanged_and_log_what_they_measure(tiny_mo
     stock, _, stock_after = _train(GRPOTrainer, GRPOConfig, tiny_model_path, tmp_path / "stock", **options)
 
     seen = []
-    original = RLVRGRPOTrainer._log_off_policy
+    original = ClipObjective.log_off_policy
 
     def recording(self, mode, diagnostics, masks):
         seen.append((diagnostics, masks))
         return original(self, mode, diagnostics, masks)
 
-    RLVRGRPOTrainer._log_off_policy = recording
+    ClipObjective.log_off_policy = recording
     try:
         ours, _, ours_after = _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path / "ours", **_diag())
     finally:
-        RLVRGRPOTrainer._log_off_policy = original
+        ClipObjective.log_off_policy = original
     assert any(log["clip_ratio/region_mean"] > 0 for log in _step_logs(stock)), "clip never active: test is void"
     _assert_same_run(stock, ours, stock_after, ours_after, exclude_prefix="off_policy/")
 

@@ -41,7 +41,7 @@ def test_poise_settings_with_the_option_off_are_stock_trl(tiny_model_path, tmp_p
     runs = assert_stock_when_off(
         {"value_baseline": "none", **moved}, model=tiny_model_path, output_dir=tmp_path, checkpoint=False
     )
-    assert runs.ours.trainer._poise is None
+    assert "poise" not in [method.name for method in runs.ours.trainer.methods]
 
 
 def _sgd_run(tmp_path, model_path, trainer_cls, config_cls, lr, **extra):
@@ -99,14 +99,14 @@ def test_poise_trains_with_the_probe_after_the_bootstrap(tiny_model_path, tmp_pa
     trainer = poise_trainer(tmp_path, tiny_model_path)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     seen = []
-    original = trainer._poise.advantages
+    original = trainer.method("poise").baseline.advantages
 
     def spy(rewards, prompt, response, scalars):
         result, predictions = original(rewards, prompt, response, scalars)
         seen.append((rewards, result, predictions))
         return result, predictions
 
-    monkeypatch.setattr(trainer._poise, "advantages", spy)
+    monkeypatch.setattr(trainer.method("poise").baseline, "advantages", spy)
     trainer.train()
     logs = [log for log in _step_logs(trainer) if "poise/phase" in log]
     assert [log["poise/phase"] for log in logs] == [0.0, 0.0, 1.0, 1.0]
@@ -119,7 +119,7 @@ def test_poise_trains_with_the_probe_after_the_bootstrap(tiny_model_path, tmp_pa
     rewards, result, predictions = seen[-1]
     sibling = predictions.view(-1, 2).flip(-1).reshape(-1)
     torch.testing.assert_close(result.advantages, rewards - sibling)
-    assert trainer._poise.retrain_count == 3
+    assert trainer.method("poise").baseline.retrain_count == 3
 
 
 def test_the_features_are_the_chosen_layers_output_pooled(tiny_model_path, tmp_path):
@@ -128,7 +128,7 @@ def test_the_features_are_the_chosen_layers_output_pooled(tiny_model_path, tmp_p
     trainer = poise_trainer(tmp_path, tiny_model_path, poise_layer=0, poise_pool_n=3)
     trainer.model.train()
     output = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in range(8)])
-    features = trainer._poise_features(output)
+    features = trainer.method("poise").features(output)
     ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
     mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
     trainer.model.eval()
@@ -154,7 +154,7 @@ def test_resume_restores_the_probe_exactly(tiny_model_path, tmp_path):
     saved = torch.load(checkpoint / "poise_state_0.pth", weights_only=True)
     assert saved["steps"] == 3 and saved["probe"] is not None  # the probe phase had begun
     resumed = train(resume=str(checkpoint))
-    a, b = full._poise.state_dict(), resumed._poise.state_dict()
+    a, b = full.method("poise").baseline.state_dict(), resumed.method("poise").baseline.state_dict()
     assert a["steps"] == b["steps"] == 4 and a["retrain_count"] == b["retrain_count"]
     for key in a["buffer"]:
         assert torch.equal(a["buffer"][key], b["buffer"][key])
@@ -214,7 +214,7 @@ def test_unscored_completions_are_refused(tiny_model_path, tmp_path):
 def test_delta_nsr_and_rsi_act_on_poises_advantages(tiny_model_path, tmp_path, monkeypatch):
     """DelTA's weights are computed after POISE replaced the advantages (its hook runs after every mixin's), and the
     loss-side options (NSR, RSI-S) read the batch's advantages: a few steps train, in both phases."""
-    from trl_rlvr_ext.grpo import grpo_trainer
+    from trl_rlvr_ext.grpo.methods import delta as delta_module
 
     trainer = poise_trainer(
         tmp_path,
@@ -227,7 +227,7 @@ def test_delta_nsr_and_rsi_act_on_poises_advantages(tiny_model_path, tmp_path, m
         max_steps=6,
     )
     replaced, read = [], []
-    original_advantages, original_delta = trainer._poise.advantages, grpo_trainer.delta_token_weights
+    original_advantages, original_delta = trainer.method("poise").baseline.advantages, delta_module.delta_token_weights
 
     def spy_advantages(*args):
         result, predictions = original_advantages(*args)
@@ -238,8 +238,8 @@ def test_delta_nsr_and_rsi_act_on_poises_advantages(tiny_model_path, tmp_path, m
         read.append(advantages.detach().cpu())
         return original_delta(hidden, logps, advantages, mask, **kwargs)
 
-    monkeypatch.setattr(trainer._poise, "advantages", spy_advantages)
-    monkeypatch.setattr(grpo_trainer, "delta_token_weights", spy_delta)
+    monkeypatch.setattr(trainer.method("poise").baseline, "advantages", spy_advantages)
+    monkeypatch.setattr(delta_module, "delta_token_weights", spy_delta)
     trainer.train()
     assert len(replaced) == len(read) == 3  # one per generation batch (6 steps, each batch used twice)
     for ours, delta in zip(replaced, read, strict=True):
@@ -301,10 +301,16 @@ def test_poise_with_a_lora_adapter_and_evaluation(tiny_model_path, tmp_path, mon
         eval_dataset=prompt_dataset(4),
         peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
     )
-    assert trainer._poise_layer_module is trainer.model.get_base_model().model.layers[trainer._poise_layer]
+    assert (
+        trainer.method("poise").layer_module
+        is trainer.model.get_base_model().model.layers[trainer.method("poise").layer]
+    )
     trainer.train()
     logs = [log for log in _step_logs(trainer) if "poise/phase" in log]
     assert [log["poise/phase"] for log in logs] == [0.0, 0.0, 1.0]
-    assert trainer._poise.buffer["targets"].shape[0] == 3 * 8 and trainer._poise.steps == 3
+    assert (
+        trainer.method("poise").baseline.buffer["targets"].shape[0] == 3 * 8
+        and trainer.method("poise").baseline.steps == 3
+    )
     evaluations = [log for log in trainer.state.log_history if "eval_loss" in log]
     assert evaluations and not any(key.startswith("eval_poise/") for key in evaluations[0])

@@ -11,7 +11,7 @@ from test_grpo_trainer import _step_logs
 from transformers import TrainerCallback
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
-from trl_rlvr_ext.grpo import popo as popo_module
+from trl_rlvr_ext.grpo.methods import popo as popo_module
 from trl_rlvr_ext.losses.popo import popo_weights
 
 
@@ -41,7 +41,7 @@ def test_popo_trains_and_the_ema_moves_at_rate_tau(tiny_model_path, tmp_path):
     record = _Record()
     trainer.add_callback(record)
     theta0 = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
-    predictor0 = {n: p.detach().clone() for n, p in trainer._popo_predictor.named_parameters()}
+    predictor0 = {n: p.detach().clone() for n, p in trainer.method("popo").predictor.named_parameters()}
     trainer.train()
     logs = _step_logs(trainer)
     assert len(logs) == 3 and all(f"popo/{m}" in log for log in logs for m in METRICS)
@@ -49,16 +49,20 @@ def test_popo_trains_and_the_ema_moves_at_rate_tau(tiny_model_path, tmp_path):
     assert "popo/kl_to_ema" in logs[-1] and logs[-1]["popo/kl_to_ema"] >= 0
     # the policy and the predictor (its own param group) moved
     assert any(not torch.equal(theta0[n], record.params[-1][n]) for n in theta0)
-    assert any(not torch.equal(predictor0[n], p) for n, p in trainer._popo_predictor.named_parameters())
+    assert any(not torch.equal(predictor0[n], p) for n, p in trainer.method("popo").predictor.named_parameters())
     assert any(
-        p is next(trainer._popo_predictor.parameters()) for g in trainer.optimizer.param_groups for p in g["params"]
+        p is next(trainer.method("popo").predictor.parameters())
+        for g in trainer.optimizer.param_groups
+        for p in g["params"]
     )
-    assert all(p.grad is None or not p.grad.any() for p in trainer._popo_predictor.parameters())  # zeroed each step
+    assert all(
+        p.grad is None or not p.grad.any() for p in trainer.method("popo").predictor.parameters()
+    )  # zeroed each step
     # ξ_t = τ·ξ_{t−1} + (1 − τ)·θ_t, from ξ_0 = θ_0
     tau, expected = 0.9, dict(theta0)
     for step in record.params:
         expected = {n: tau * expected[n] + (1 - tau) * step[n] for n in expected}
-    ema = dict(zip(trainer._popo_ema_names, trainer._popo_ema_params, strict=True))
+    ema = dict(zip(trainer.method("popo").ema_names, trainer.method("popo").ema_params, strict=True))
     assert sorted(ema) == sorted(expected)
     assert any(not torch.allclose(ema[n], record.params[-1][n]) for n in expected)  # a lagging copy, not θ
     for n in expected:
@@ -99,9 +103,11 @@ def test_resume_restores_the_ema_and_the_predictor(tiny_model_path, tmp_path):
     assert (tmp_path / "a" / "checkpoint-2" / popo_module.POPO_STATE_FILE).is_file()
     resumed = _trainer(tiny_model_path, tmp_path / "a", **common)
     resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))
-    for a, b in zip(full._popo_ema_params, resumed._popo_ema_params, strict=True):
+    for a, b in zip(full.method("popo").ema_params, resumed.method("popo").ema_params, strict=True):
         assert torch.equal(a, b)
-    for (n, a), b in zip(full._popo_predictor.state_dict().items(), resumed._popo_predictor.state_dict().values()):
+    for (n, a), b in zip(
+        full.method("popo").predictor.state_dict().items(), resumed.method("popo").predictor.state_dict().values()
+    ):
         assert torch.equal(a, b), n
     # a checkpoint without POPO's state cannot resume a POPO run
     (tmp_path / "a" / "checkpoint-2" / popo_module.POPO_STATE_FILE).unlink()
@@ -116,11 +122,11 @@ def test_popo_with_a_lora_adapter_shares_the_frozen_base(tiny_model_path, tmp_pa
     lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
     trainer = _trainer(tiny_model_path, tmp_path, peft_config=lora, max_steps=2, learning_rate=1e-3)
     online = dict(trainer.model.named_parameters())
-    ema = dict(trainer._popo_ema.named_parameters())
+    ema = dict(trainer.method("popo").ema.named_parameters())
     frozen = [n for n, p in online.items() if not p.requires_grad]
     assert frozen and all(ema[n] is online[n] for n in frozen)  # shared: no second copy of the base
-    assert trainer._popo_ema_names and all("lora_" in n for n in trainer._popo_ema_names)
-    assert all(ema[n] is not online[n] for n in trainer._popo_ema_names)
+    assert trainer.method("popo").ema_names and all("lora_" in n for n in trainer.method("popo").ema_names)
+    assert all(ema[n] is not online[n] for n in trainer.method("popo").ema_names)
     base_before = {n: online[n].detach().clone() for n in frozen}
     trainer.train()
     assert all(torch.equal(base_before[n], online[n]) for n in frozen)  # the EMA update never touches the base
@@ -154,7 +160,7 @@ def test_config_refusals(tmp_path, overrides, message):
 
 
 def test_the_trainer_loss_is_the_authors_on_a_batch(tiny_model_path, tmp_path):
-    """`_popo_compute_loss` on a generated batch equals the authors' `_compute_loss` arithmetic re-done by hand: full
+    """POPO's `compute_loss` on a generated batch equals the authors' `_compute_loss` arithmetic re-done by hand: full
     logits / T, their chunked entropy, hidden_states[-1] pooled over the completion for the online model and the EMA
     copy, the predictor, `POPOLoss` (noise off, so the comparison is deterministic), over the accumulation steps."""
     from test_popo_loss import authors_entropy, authors_loss, authors_pool
@@ -163,7 +169,7 @@ def test_the_trainer_loss_is_the_authors_on_a_batch(tiny_model_path, tmp_path):
     trainer.model.train()
     inputs = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in range(8)])
     trainer.current_gradient_accumulation_steps = 2
-    ours = trainer._popo_compute_loss(trainer.model, inputs)
+    ours = trainer.method("popo").compute_loss(trainer.model, inputs)
     prompt_len, k = inputs["prompt_ids"].size(1), inputs["completion_ids"].size(1)
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
     mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
@@ -171,9 +177,11 @@ def test_the_trainer_loss_is_the_authors_on_a_batch(tiny_model_path, tmp_path):
     out = trainer.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
     logits = out.logits[:, :-1, :][:, -k:, :] / 0.7
     logps = torch.log_softmax(logits.float(), -1).gather(-1, inputs["completion_ids"][..., None])[..., 0]
-    predicted = trainer._popo_predictor(authors_pool(out.hidden_states[-1][:, prompt_len:], cmask))
+    predicted = trainer.method("popo").predictor(authors_pool(out.hidden_states[-1][:, prompt_len:], cmask))
     with torch.no_grad():
-        target_hidden = trainer._popo_ema(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        target_hidden = (
+            trainer.method("popo").ema(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        )
     target = authors_pool(target_hidden[-1][:, prompt_len:], cmask)
     weights = inputs["popo_weights"]
     assert inputs["popo_positive"].any() and torch.equal(inputs["popo_positive"], weights > 0)
@@ -225,8 +233,8 @@ def test_sharded_training_and_low_precision_ema(tiny_model_path, tmp_path, caplo
         trainer.is_deepspeed_enabled = trainer.is_fsdp_enabled = False
         setattr(trainer, flag, True)
         with pytest.raises(ValueError, match="DeepSpeed and FSDP are refused"):
-            trainer._popo_setup()
-    with caplog.at_level("WARNING", logger="trl_rlvr_ext.grpo.popo"):
+            trainer.method("popo").setup(trainer)
+    with caplog.at_level("WARNING", logger="trl_rlvr_ext.grpo.methods.popo"):
         _trainer(tiny_model_path, tmp_path / "bf16", max_steps=1, model_init_kwargs={"dtype": "bfloat16"}, bf16=False)
     assert any("EMA copy holds trainable weights in torch.bfloat16" in r.getMessage() for r in caplog.records)
 

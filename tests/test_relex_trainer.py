@@ -31,8 +31,10 @@ def test_off_by_default_no_recorder_and_stock_callbacks(tiny_model_path, tmp_pat
         train_dataset=prompt_dataset(),
     )
     assert not _recorders(ours)
-    # the package's signal check (on by default, observes only) is the one callback stock TRL does not have
-    ours_types = [type(c) for c in ours.callback_handler.callbacks if "signal_check" not in type(c).__module__]
+    # the methods' step hooks (here the signal check's: on by default, observes only) are the one callback stock TRL
+    # does not have
+    assert [m.name for m in ours.methods] == ["signal_check", "reward_guard"]
+    ours_types = [type(c) for c in ours.callback_handler.callbacks if type(c).__name__ != "_MethodsCallback"]
     assert ours_types == [type(c) for c in stock.callback_handler.callbacks]
 
 

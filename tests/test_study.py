@@ -254,7 +254,8 @@ def test_a_setting_chooses_the_precision_trained_arms_are_evaluated_at(tmp_path,
     study = get_study("self")
     study = dataclasses.replace(
         # bf16 on: a quick run trains in fp32 (the golden copies' precision), so the trainer's autocast is asked for
-        study, settings={**study.settings, "one": Setting("one", config={"bf16": True}, evaluate_precision=precision)}
+        study,
+        settings={**study.settings, "one": Setting("one", config={"bf16": True}, evaluate_precision=precision)},
     )
     seen = {}
     evaluate = runner.evaluate_and_record

@@ -279,41 +279,9 @@ EXPECTED_SIGNATURES = {
     "trl_rlvr_ext.evaluation.callback.PassAtKCallback.on_train_begin": _CALLBACK,
     "trl_rlvr_ext.extrapolation.callback.RELEXTrajectoryCallback.on_step_end": _CALLBACK,
     "trl_rlvr_ext.extrapolation.callback.RELEXTrajectoryCallback.on_train_begin": _CALLBACK,
-    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin.__init__": (
-        f"(self, model, reward_funcs=None, args=None, {_TRAINER_ARGS}, reward_processing_classes=None, callbacks=None, "
-        "optimizers=(None, None), quantization_config=None, peft_config=None, tools=None, rollout_func=None, "
-        "environment_factory=None)"
-    ),
-    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin._calculate_rewards": (
-        "(self, inputs, prompts, completions, completion_ids_list)"
-    ),
-    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin._generate_and_score_completions": "(self, inputs)",
-    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin._generate_single_turn": (
-        "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)"
-    ),
-    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin._get_train_sampler": "(self, dataset=None)",
-    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin._prepare_inputs": "(self, generation_batch)",
-    "trl_rlvr_ext.grpo.curation_mixin.CurationMixin.compute_loss": (
-        "(self, model, inputs, return_outputs=False, num_items_in_batch=None)"
-    ),
-    "trl_rlvr_ext.grpo.curation_mixin._CurationCallback.on_pre_optimizer_step": _CALLBACK,
-    "trl_rlvr_ext.grpo.curation_mixin._CurationCallback.on_train_begin": _CALLBACK,
     "trl_rlvr_ext.grpo.checkpoint_state.CheckpointStateMixin._load_optimizer_and_scheduler": "(self, checkpoint)",
     "trl_rlvr_ext.grpo.checkpoint_state.CheckpointStateMixin._save_checkpoint": "(self, model, trial)",
-    "trl_rlvr_ext.grpo.dynamic_sampling.DynamicSamplingMixin.__init__": (
-        f"(self, model, reward_funcs=None, args=None, {_TRAINER_ARGS}, reward_processing_classes=None, callbacks=None, "
-        "optimizers=(None, None), quantization_config=None, peft_config=None, tools=None, rollout_func=None, "
-        "environment_factory=None)"
-    ),
-    "trl_rlvr_ext.grpo.dynamic_sampling.DynamicSamplingMixin._calculate_rewards": (
-        "(self, inputs, prompts, completions, completion_ids_list)"
-    ),
-    "trl_rlvr_ext.grpo.dynamic_sampling.DynamicSamplingMixin._generate_and_score_completions": "(self, inputs)",
     "trl_rlvr_ext.grpo.grpo_config.RLVRGRPOConfig.__post_init__": "(self)",
-    "trl_rlvr_ext.grpo.poise_baseline.PoiseBaselineMixin._calculate_rewards": (
-        "(self, inputs, prompts, completions, completion_ids_list)"
-    ),
-    "trl_rlvr_ext.grpo.poise_baseline.PoiseBaselineMixin._generate_and_score_completions": "(self, inputs)",
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer.__init__": (
         f"(self, model, reward_funcs=None, args=None, {_TRAINER_ARGS}, reward_processing_classes=None, callbacks=None, "
         "optimizers=(None, None), quantization_config=None, peft_config=None, tools=None, rollout_func=None, "
@@ -321,18 +289,22 @@ EXPECTED_SIGNATURES = {
     ),
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._compute_loss": "(self, model, inputs)",
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._generate_and_score_completions": "(self, inputs)",
-    "trl_rlvr_ext.grpo.popo.PopoMixin._calculate_rewards": (
+    "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._calculate_rewards": (
         "(self, inputs, prompts, completions, completion_ids_list)"
     ),
-    "trl_rlvr_ext.grpo.popo.PopoMixin._generate_and_score_completions": "(self, inputs)",
-    "trl_rlvr_ext.grpo.popo.PopoMixin.create_optimizer": "(self, model=None)",
-    "trl_rlvr_ext.grpo.popo._PopoCallback.on_pre_optimizer_step": _CALLBACK,
-    "trl_rlvr_ext.grpo.popo._PopoCallback.on_step_end": _CALLBACK,
-    "trl_rlvr_ext.grpo.signal_check.TrainingSignalCheckMixin._calculate_rewards": (
-        "(self, inputs, prompts, completions, completion_ids_list)"
+    "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._generate_single_turn": (
+        "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)"
     ),
-    "trl_rlvr_ext.grpo.signal_check._SignalCheckCallback.on_step_end": _CALLBACK,
-    "trl_rlvr_ext.grpo.signal_check._SignalCheckCallback.on_train_end": _CALLBACK,
+    "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._get_train_sampler": "(self, dataset=None)",
+    "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer._prepare_inputs": "(self, generation_batch)",
+    "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer.compute_loss": (
+        "(self, model, inputs, return_outputs=False, num_items_in_batch=None)"
+    ),
+    "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer.create_optimizer": "(self, model=None)",
+    "trl_rlvr_ext.grpo.grpo_trainer._MethodsCallback.on_pre_optimizer_step": _CALLBACK,
+    "trl_rlvr_ext.grpo.grpo_trainer._MethodsCallback.on_step_end": _CALLBACK,
+    "trl_rlvr_ext.grpo.grpo_trainer._MethodsCallback.on_train_begin": _CALLBACK,
+    "trl_rlvr_ext.grpo.grpo_trainer._MethodsCallback.on_train_end": _CALLBACK,
     "trl_rlvr_ext.lora_init.saving.LoraInitCallback.on_save": _CALLBACK,
     "trl_rlvr_ext.scripts.console.ConciseProgressCallback.__init__": "(self, max_str_len=100)",
     "trl_rlvr_ext.scripts.console._ConciseLog.on_log": _CALLBACK,
@@ -448,6 +420,6 @@ def test_patched_object_still_has_the_attribute_and_trl_still_calls_it(target, a
 
 
 def test_curation_patches_the_generate_trl_calls():
-    """`CurationMixin._generate_single_turn` adds a logits processor by patching `generate` on the unwrapped model,
+    """Curation's `generate_single_turn` hook adds a logits processor by patching `generate` on the unwrapped model,
     which TRL's transformers generation path must therefore call."""
     assert inspect.getsource(GRPOTrainer._generate_single_turn).count("unwrapped_model.generate(") == 1

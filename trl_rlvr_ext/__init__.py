@@ -14,6 +14,9 @@ __version__ = "0.1.0"
 _LAZY = {
     "RLVRGRPOConfig": "trl_rlvr_ext.grpo.grpo_config",
     "RLVRGRPOTrainer": "trl_rlvr_ext.grpo.grpo_trainer",
+    "GRPOMethod": "trl_rlvr_ext.grpo.method",
+    "register_method": "trl_rlvr_ext.grpo.method",
+    "CheckpointState": "trl_rlvr_ext.grpo.checkpoint_state",
     "ISDPOConfig": "trl_rlvr_ext.dpo.dpo_config",
     "ISDPOTrainer": "trl_rlvr_ext.dpo.dpo_trainer",
     "pass_at_k": "trl_rlvr_ext.evaluation",
@@ -44,6 +47,8 @@ def __dir__():
 if TYPE_CHECKING:  # pragma: no cover
     from .dpo.dpo_config import ISDPOConfig
     from .dpo.dpo_trainer import ISDPOTrainer
+    from .grpo.checkpoint_state import CheckpointState
     from .grpo.grpo_config import RLVRGRPOConfig
     from .grpo.grpo_trainer import RLVRGRPOTrainer
+    from .grpo.method import GRPOMethod, register_method
     from .pretrained import get_pretrained_model_path

@@ -29,7 +29,8 @@ def run(model_path: str, out_dir: str, scope: str) -> None:
         **kwargs, adaptive_clip="acpo", adaptive_clip_scope=scope, off_policy_diagnostics=scope == "global"
     )
     trainer = RLVRGRPOTrainer(model=model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset())
-    calls, acpo_bins = [], trainer._acpo_bins
+    clip = trainer.method("clip_objective")
+    calls, acpo_bins = [], clip.acpo_bins
 
     def recording_acpo_bins(per_token_logps, ratio, mask):
         bins = acpo_bins(per_token_logps, ratio, mask)
@@ -51,7 +52,7 @@ def run(model_path: str, out_dir: str, scope: str) -> None:
         calls[-1]["select"] = (mask.bool() & (advantages != 0)).detach().clone()  # the diagnostics' tokens
         return result
 
-    trainer._acpo_bins = recording_acpo_bins
+    clip.acpo_bins = recording_acpo_bins
     trainer._clip_objective_loss = recording_clip_objective_loss
     trainer.train()
     save_rank_result(trainer, out_dir, f"{scope}_rank", calls=calls)

@@ -50,7 +50,7 @@ def main(model_path: str, out_dir: str) -> None:
         seed=0,
     )
     trainer = RLVRGRPOTrainer(model=model_path, reward_funcs=length_reward, args=args, train_dataset=data)
-    trainer._curation_grade = lambda examples, completion_ids: [e["curation_row"] in SOLVED for e in examples]
+    trainer.method("curation").grade = lambda examples, completion_ids: [e["curation_row"] in SOLVED for e in examples]
     grpo_module.shuffle_sequence_dict = lambda batch: batch  # micro-batch m = prompts 2m, 2m+1 of this rank
     trainer.model.double()  # float64: the two computations batch rows differently
     trainer.model.train()

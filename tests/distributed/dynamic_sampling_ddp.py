@@ -73,7 +73,7 @@ def main(model_path: str, out_dir: str, curation: str) -> None:
         prompts = [tok.decode(i[m.bool()]) for i, m in zip(out["prompt_ids"], out["prompt_mask"])]
         local.append(prompts)
         global_.append(gather_object(prompts))
-        kept.append([list(map(list, k)) for k in trainer._ds_selector.kept])
+        kept.append([list(map(list, k)) for k in trainer.method("dynamic_sampling").selector.kept])
         return out
 
     trainer._generate_and_score_completions = spy
@@ -86,7 +86,7 @@ def main(model_path: str, out_dir: str, curation: str) -> None:
         "local_prompts": local,
         "global_prompts": global_,
         "kept": kept,
-        "stream": trainer._ds_stream.state_dict(),
+        "stream": trainer.method("dynamic_sampling").stream.state_dict(),
         "metrics": [{k: v for k, v in log.items() if k.startswith("dynamic_sampling/")} for log in logs],
         "param_sum": params.double().sum().item(),
     }

@@ -38,7 +38,8 @@ def run(model_path: str, out_dir: str) -> None:
         model=model_path, reward_funcs=digit_reward, args=RLVRGRPOConfig(**kwargs), train_dataset=prompt_dataset()
     )
     features, advantages = [], []
-    features_fn, replace_fn = trainer._poise_features, trainer._poise_replace_advantages
+    poise = trainer.method("poise")
+    features_fn, replace_fn = poise.features, poise.replace_advantages
 
     def recording_features(output):
         local = features_fn(output)
@@ -49,10 +50,10 @@ def run(model_path: str, out_dir: str) -> None:
         replace_fn(output)
         advantages.append(output["advantages"].detach().cpu().clone())
 
-    trainer._poise_features = recording_features
-    trainer._poise_replace_advantages = recording_replace
+    poise.features = recording_features
+    poise.replace_advantages = recording_replace
     trainer.train()
-    save_rank_result(trainer, out_dir, features=features, advantages=advantages, state=trainer._poise.state_dict())
+    save_rank_result(trainer, out_dir, features=features, advantages=advantages, state=poise.baseline.state_dict())
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
 from rank_result import save_rank_result
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
-from trl_rlvr_ext.grpo import popo
+from trl_rlvr_ext.grpo.methods import popo
 
 
 def run(model_path: str, out_dir: str) -> None:
@@ -25,7 +25,8 @@ def run(model_path: str, out_dir: str) -> None:
     )
     args = RLVRGRPOConfig(**kwargs, objective="popo", popo_tau=0.9, popo_kl_monitor_steps=1)
     trainer = RLVRGRPOTrainer(model=model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset())
-    calls, weights_fn, local_fn = [], popo.popo_weights_from_means, trainer._popo_weights
+    method = trainer.method("popo")
+    calls, weights_fn, local_fn = [], popo.popo_weights_from_means, method.weights
 
     def recording_weights(means, lengths, positive, group, **options):
         calls.append({"means": means.clone(), "lengths": lengths.clone(), "positive": positive.clone()})
@@ -37,14 +38,14 @@ def run(model_path: str, out_dir: str) -> None:
         return weights, positive
 
     popo.popo_weights_from_means = recording_weights
-    trainer._popo_weights = recording_local
+    method.weights = recording_local
     trainer.train()
     save_rank_result(
         trainer,
         out_dir,
         calls=calls,
-        ema=[p.detach().clone() for p in trainer._popo_ema_params],
-        predictor={n: t.clone() for n, t in trainer._popo_predictor.state_dict().items()},
+        ema=[p.detach().clone() for p in trainer.method("popo").ema_params],
+        predictor={n: t.clone() for n, t in trainer.method("popo").predictor.state_dict().items()},
     )
 
 

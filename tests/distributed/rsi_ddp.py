@@ -16,7 +16,7 @@ from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
 from rank_result import save_rank_result
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
-from trl_rlvr_ext.grpo import rsi_selection
+from trl_rlvr_ext.grpo.methods import rsi as rsi_selection
 from trl_rlvr_ext.losses import relative_surprisal_index
 
 

@@ -186,7 +186,7 @@ def case_grpo_none():
 
 
 def nsr_summary(trainer) -> dict:
-    generator = trainer._recovery_generator
+    generator = trainer.method("clip_objective").recovery_generator
     return summary(trainer, generator_digest=hashlib.sha256(generator.get_state().numpy().tobytes()).hexdigest())
 
 
@@ -229,7 +229,7 @@ def case_poise():
         poise_response_pca=2,
         poise_pool_n=4,
     )
-    state = trainer._poise.state_dict()
+    state = trainer.method("poise").baseline.state_dict()
     return summary(trainer, poise_probe={k: v.tolist() for k, v in state["probe"].items()})
 
 
@@ -284,7 +284,10 @@ def case_acpo_nsr_delta():
 
 
 def curation_state(trainer) -> dict:
-    return {"state": trainer._curation_state.state_dict(), "sampler": trainer._curation_sampler.state_dict()}
+    return {
+        "state": trainer.method("curation").curation_state.state_dict(),
+        "sampler": trainer.method("curation").training_sampler.state_dict(),
+    }
 
 
 def case_self(name="self", reward=third_reward, num_generations=2):
@@ -314,7 +317,7 @@ def case_dynamic_sampling():
     trainer = grpo_run(
         "dynamic_sampling", reward=half_constant_reward, data=prompts(12), num_generations=2, dynamic_sampling=True
     )
-    return summary(trainer, stream=trainer._ds_stream.state_dict())
+    return summary(trainer, stream=trainer.method("dynamic_sampling").stream.state_dict())
 
 
 def case_eval_callbacks(**opts):
@@ -479,9 +482,11 @@ def resume_summary(trainer) -> dict:
     return summary(
         trainer,
         checkpoint_files=files,
-        generator_digest=hashlib.sha256(trainer._recovery_generator.get_state().numpy().tobytes()).hexdigest(),
+        generator_digest=hashlib.sha256(
+            trainer.method("clip_objective").recovery_generator.get_state().numpy().tobytes()
+        ).hexdigest(),
         curation=curation_state(trainer),
-        stream=trainer._ds_stream.state_dict(),
+        stream=trainer.method("dynamic_sampling").stream.state_dict(),
     )
 
 

@@ -201,7 +201,7 @@ def f_popo(ctx):
     trainer = build(ctx["model"], has_digit, kwargs)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
-    ema = dict(zip(trainer._popo_ema_names, trainer._popo_ema_params, strict=True))
+    ema = dict(zip(trainer.method("popo").ema_names, trainer.method("popo").ema_params, strict=True))
     after = dict(trainer.model.named_parameters())
     return {
         "gaps": logp_gaps(trainer),
@@ -394,7 +394,7 @@ def _resume_run(ctx, name, resume):
 
     trainer._generate_and_score_completions = record
     trainer.train(resume_from_checkpoint=resume)
-    state = trainer._curation.state_dict()
+    state = trainer.method("curation").controller.state_dict()
     out = {"rows": rows, "state": state, "global_step": trainer.state.global_step, "gaps": logp_gaps(trainer)}
     del trainer
     gc.collect()

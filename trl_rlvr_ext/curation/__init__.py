@@ -2,7 +2,7 @@
 
 Trainer-free: `CurationController` runs online curation (ids, statistics, sampler, SELF's keep mask and skipped steps,
 metrics, checkpoint state) and `trl_rlvr_ext.curation.greedy` holds SELF's two greedy strategies; `RLVRGRPOTrainer`
-drives them from TRL's GRPO loop through a thin adapter (`trl_rlvr_ext.grpo.curation_mixin`). `score_dataset` /
+drives them from TRL's GRPO loop through a thin adapter (`trl_rlvr_ext.grpo.methods.curation`). `score_dataset` /
 `filter_scored` (and ``trl-rlvr-ext curate``) curate a dataset offline.
 """
 

@@ -3,7 +3,7 @@
 The controller owns everything curation decides: the prompt ids, the per-prompt statistics (`CurationState`), the
 sampler, the record of the generation batch being scored, the keep mask of SELF, the empty-window skip, the metrics
 and the checkpoint state. It imports neither TRL nor transformers; a trainer drives it through a thin adapter
-(`trl_rlvr_ext.grpo.curation_mixin`) in this order, per generation batch:
+(`trl_rlvr_ext.grpo.methods.curation`) in this order, per generation batch:
 
 1. `begin_batch` with the gathered prompt rows of the global batch (the same on every process);
 2. `record_greedy` with the greedy results of SELF (before or after sampling, see `trl_rlvr_ext.curation.greedy`);

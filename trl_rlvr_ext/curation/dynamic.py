@@ -13,7 +13,7 @@ This module holds the whole rule with no trainer in it:
   share of the batch; rounds continue until every process has its share or the round bound is reached;
 - `PromptStream`: the stream of extra prompts, drawn identically on every process, with a checkpointable state.
 
-The trainer adapter (`trl_rlvr_ext.grpo.dynamic_sampling.DynamicSamplingMixin`) only wires these into TRL's loop.
+The trainer-side method (`trl_rlvr_ext.grpo.methods.dynamic_sampling`) only wires these into TRL's loop.
 """
 
 import math

@@ -48,3 +48,23 @@ def hooked_forward(trainer, module: torch.nn.Module, hook, output: dict, compute
         handle.remove()
         model.train(was_training)
     return logps, entropies
+
+
+def lm_backbone(trainer, setting: str) -> torch.nn.Module:
+    """The module whose output is the hidden state entering the LM head: the transformers model's `base_model` (its
+    backbone), which TRL's fused LM head also reads (`add_fused_lm_head`); under PEFT, that of the wrapped model.
+    ``setting`` (e.g. ``"token_credit='delta'"``) names the option that needs it, in the error."""
+    from peft import PeftModel
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if isinstance(model, PeftModel):
+        model = model.get_base_model()
+    backbone = model.base_model
+    if backbone is model:
+        off = setting.split("=")[0]
+        raise ValueError(
+            f"{setting} reads the hidden state entering the LM head from the model's backbone, but "
+            f"{type(model).__name__} has none (its `base_model` is itself). Use a transformers causal LM (a backbone "
+            f"plus an LM head), or turn {off} off."
+        )
+    return backbone

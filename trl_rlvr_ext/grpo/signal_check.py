@@ -7,7 +7,7 @@ read the prompts, a task that is already solved or never solved. Options that ne
 recovery, an adaptive clip) likewise do nothing, without a word, when every batch is used once: TRL's importance ratio
 is then identically 1.
 
-`TrainingSignalCheckMixin` watches the gathered rewards of the first ``signal_check_steps`` optimizer steps and warns
+The method (`trl_rlvr_ext.grpo.methods.signal_check.SignalCheck`) watches the gathered rewards of the first ``signal_check_steps`` optimizer steps and warns
 once, through the logger, with the share of all-correct and all-wrong groups and one completion next to its row's
 data. It adds no metric and touches no tensor TRL uses, so the trainer stays stock TRL to the bit. The pure parts
 (`GroupCounts`, `zero_signal_message`, `inactive_option_messages`) hold the logic and are tested on their own.
@@ -17,9 +17,8 @@ import dataclasses
 import logging
 
 import torch
-from transformers import TrainerCallback
 
-from ..curation.dynamic import group_reward_std, total_rewards
+from ..curation.dynamic import group_reward_std
 from ..rewards.guard import shorten
 
 
@@ -43,11 +42,15 @@ def inactive_option_messages(args) -> list[str]:
         f"{args.gradient_accumulation_steps}), so TRL's importance ratio is identically 1 and PPO's clip never binds. "
         "Reuse each batch (num_iterations >= 2, or steps_per_generation > gradient_accumulation_steps) for it to act"
     )
+    from .method import registered_methods  # the options that need reused rollouts are declared by their methods
+
     messages = []
-    for name, off in (("clip_recovery", "none"), ("adaptive_clip", "none")):
-        value = getattr(args, name, off)
-        if value != off:
-            messages.append(f"{name}={value!r} cannot act here: {reuse_hint}, or set {name}={off!r}.")
+    for method in registered_methods():
+        for name in method.needs_reused_rollouts:
+            off = method.off_values()[name]
+            value = getattr(args, name, off)
+            if value != off:
+                messages.append(f"{name}={value!r} cannot act here: {reuse_hint}, or set {name}={off!r}.")
     return messages
 
 
@@ -134,73 +137,3 @@ def curation_kept_nothing_message(steps: int, curation: str) -> str:
         "trained on. With curation='self' every prompt is solved greedily by the current policy; pick harder "
         "problems, or set curation='none'. Turn this check off with signal_check=False."
     )
-
-
-class _SignalCheckCallback(TrainerCallback):
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step >= args.signal_check_steps:
-            self.trainer._finish_signal_check(state.global_step)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.trainer._finish_signal_check(state.global_step)
-
-
-class TrainingSignalCheckMixin:
-    """Wires the check into `RLVRGRPOTrainer`: observes the final rewards of each training generation batch (after
-    curation and dynamic sampling), warns once. ``self.signal_check_warnings`` keeps every warning it gave (the CLI
-    prints them again at the end of a run)."""
-
-    def _init_signal_check(self) -> None:
-        self.signal_check_warnings: list[str] = []
-        self._signal_counts = None
-        if not self.args.signal_check:
-            return
-        for message in inactive_option_messages(self.args):
-            self._signal_warn(message)
-        self._signal_counts = GroupCounts()
-        self._signal_sample = None
-        self.add_callback(_SignalCheckCallback(self))
-
-    def _signal_warn(self, message: str) -> None:
-        self.signal_check_warnings.append(message)
-        if self.accelerator.is_main_process:
-            logger.warning(message)
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        if self._signal_counts is not None and self.model.training:
-            rewards = total_rewards(rewards_per_func, self.reward_weights).detach().cpu()
-            self._signal_counts.add(rewards, self.num_generations)
-            if self._signal_sample is None and len(completions) and inputs:
-                # This process's first row: its completion and reward next to the row's data (prompt left out)
-                first = self.accelerator.process_index * len(completions)
-                self._signal_sample = {
-                    "completion": completions[0] if isinstance(completions[0], str) else completions[0][-1]["content"],
-                    "reward": float(rewards[first]) if first < rewards.numel() else float("nan"),
-                    "row": {key: value for key, value in inputs[0].items() if key != "prompt"},
-                }
-        return rewards_per_func
-
-    def _popo_had_positives(self, counts: GroupCounts) -> bool:
-        # POPO trains on the positives of a group whatever its spread (an all-correct group too): its signal is a
-        # rollout whose mean reward (the highest summed reward over the functions) is above popo_reward_threshold
-        positive = counts.high / len(self.reward_funcs) > self.args.popo_reward_threshold
-        return self.args.objective == "popo" and positive
-
-    def _finish_signal_check(self, step: int) -> None:
-        counts, self._signal_counts = self._signal_counts, None
-        if counts is None:
-            return
-        counts.finish()
-        if counts.groups == 0 and counts.dropped > 0:
-            self._signal_warn(curation_kept_nothing_message(step, self.args.curation))
-        elif counts.no_signal and not self._popo_had_positives(counts):
-            small_vocabulary = (
-                len(self.processing_class) <= 512 if hasattr(self.processing_class, "__len__") else False
-            )
-            self._signal_warn(
-                zero_signal_message(counts, step, list(self.reward_func_names), self._signal_sample, small_vocabulary)
-            )
