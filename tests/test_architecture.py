@@ -266,10 +266,6 @@ def test_no_module_of_the_package_is_over_its_line_limit():
     assert not long, f"Split these by what they do ((lines, limit)): {long}"
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the GRPO methods move out of grpo_config.py / grpo_trainer.py into grpo/methods/ (issue 44, part 1)",
-)
 @pytest.mark.parametrize("relative", COMPOSERS)
 def test_the_grpo_config_and_trainer_only_compose(relative):
     n = len((PACKAGE / relative).read_text().splitlines())
