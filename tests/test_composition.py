@@ -129,6 +129,8 @@ def test_own_method_tutorial_runs(tmp_path):
     method.clipped_total = -1
     trainer._load_optimizer_and_scheduler(str(tmp_path / "own-method" / "checkpoint-2"))
     assert method.clipped_total == saved
+    # the method, written in a folder outside the repository, passed the kit (each check raises otherwise)
+    assert {p.name for p in (tmp_path / "kit").iterdir()} >= {"stock", "resume", "sharded"}
 
 
 def test_the_registry_is_the_declared_order_and_a_user_method_comes_after():
