@@ -150,7 +150,7 @@ def test_trivial_baselines_are_rows_and_a_baseline_and_their_absence_is_handled(
     (trivial,) = [p for p in parts if p.claim.baseline == "trivial*" and p.setting.name == "main"]
     assert trivial.baseline == "trivial_shuffle" and trivial.judgement.num_seeds == 3
     # pass@256: the base solves 40 of 50 problems, the trivial policy (1 correct sample of 256) all 50: opposite
-    assert trivial.judgement.verdict == "not reproduced" and trivial.judgement.effect < 0
+    assert trivial.judgement.verdict == "reversed" and trivial.judgement.effect < 0
 
 
 def test_fill_replaces_blocks_keeps_prose_and_indentation_and_rejects_unknown_blocks():
@@ -375,7 +375,7 @@ def test_a_boundary_claim_counts_only_where_its_prerequisite_is_reproduced(tmp_p
     parts = apply_requirements(judge_parts("self", study, setting, setting_records(study, setting, tmp_path)))
     shrink = {p.task: p for p in parts if p.claim.name.startswith("1a.")}
     prerequisite = {p.task: p.judgement.verdict for p in parts if p.claim.name.startswith("0.")}
-    assert prerequisite == {"toy": "reproduced", "chain_sum": "not reproduced"}
+    assert prerequisite == {"toy": "reproduced", "chain_sum": "reversed"}  # the trivial policy above the base
     assert shrink["toy"].excluded == "" and shrink["chain_sum"].excluded == "claim 0 not reproduced on"
     assert {p.judgement.verdict for p in shrink.values()} == {"reproduced"}  # both judged, one counted
     assert group_verdict(list(shrink.values())) == "**reproduced**"

@@ -63,7 +63,8 @@ def test_the_claimed_direction_signs_the_effect():
     arm, baseline = _records(-0.10, num_seeds=5, num_problems=200, seed_sd=0.01, problem_sd=0.05)
     lower = Claim("arm lowers pass@256", "arm", "base", "pass@256", direction=-1, smallest_effect=0.03)
     assert judge(lower, arm, baseline, num_resamples=2000).verdict == "reproduced"
-    assert judge(CLAIM, arm, baseline, num_resamples=2000).verdict == "not reproduced"  # the opposite of the claim
+    opposite = judge(CLAIM, arm, baseline, num_resamples=2000)  # the opposite of the claim, significantly
+    assert (opposite.verdict, opposite.interval_verdict) == ("reversed", "not reproduced")
 
 
 def test_the_rule_at_its_edges():
@@ -96,7 +97,8 @@ def test_a_non_inferiority_claim_is_judged_by_its_margin():
     arm, baseline = _records(-0.01, num_seeds=5, num_problems=400, seed_sd=0.001, problem_sd=0.01)
     j = judge(matches, arm, baseline, num_resamples=2000)
     assert -0.03 < j.low < j.high < 0 and j.verdict == "reproduced"
-    assert judge(CLAIM, arm, baseline, num_resamples=2000).verdict == "not reproduced"
+    assert j.measurably_below  # within the margin, yet the interval excludes 0 below: the page says so
+    assert judge(CLAIM, arm, baseline, num_resamples=2000).verdict == "reversed"
     # a true loss of 0.1: worse by more than the margin
     arm, baseline = _records(-0.10, num_seeds=5, num_problems=400, seed_sd=0.001, problem_sd=0.01)
     assert judge(matches, arm, baseline, num_resamples=2000).verdict == "not reproduced"
@@ -189,7 +191,10 @@ def test_identical_arms_are_no_test():
     # one problem of one seed differs: a test again (a narrow interval, but one that measured something)
     arm = {s: np.ones(12) for s in range(3)}
     arm[1] = np.r_[np.zeros(1), np.ones(11)]
-    assert judge(CLAIM, arm, ceiling, num_resamples=500).verdict != "no test"
+    assert judge(CLAIM, arm, ceiling, num_resamples=500, headroom=False).verdict != "no test"
+    # with the headroom rule (the baseline at the ceiling on every cell) no arm could come out above it: no test
+    j = judge(CLAIM, arm, ceiling, num_resamples=500)
+    assert (j.verdict, j.interval_verdict, j.headroom) == ("no test", "inconclusive", 1.0)
 
 
 def test_the_detectable_effect_uses_t_quantiles():
