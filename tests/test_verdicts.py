@@ -309,8 +309,13 @@ def test_a_judgement_states_its_power_and_underpowered_only_beside_a_miss():
     # a stated smallest effect: the power there; a non-inferiority claim: none
     stated = Claim("s", "arm", "base", "pass@1", smallest_effect=0.05)
     assert judge(stated, arm, baseline, num_resamples=2000).power == pytest.approx(j.power, rel=1e-9)
+    from lab.studies.verdicts import non_inferiority_power
+
     matches = Claim("m", "arm", "base", "pass@1", margin=0.03)
-    assert math.isnan(judge(matches, arm, baseline, num_resamples=2000).power)
+    k = judge(matches, arm, baseline, num_resamples=2000)
+    assert k.power == pytest.approx(non_inferiority_power(0.03, se, j.degrees_of_freedom), rel=1e-9)
+    # by hand, the normal limit: Φ(0.03 / 0.01 − 1.959964)
+    assert non_inferiority_power(0.03, 0.01) == pytest.approx(0.5 * (1 + math.erf(1.040036 / math.sqrt(2))), abs=1e-6)
     # a large, sure effect: reproduced, and "underpowered" never sits beside a found effect
     arm, baseline = _records(0.10, num_seeds=5, num_problems=200, seed_sd=0.01, problem_sd=0.05)
     small = Claim("tiny", "arm", "base", "pass@1", paper_effect=0.001)

@@ -365,7 +365,7 @@ def claims_table(parts: list[Part]) -> str:
             "gate fails (below the table). MDE: the effect this design detects with 80 % power, (t_{0.975, ν} + "
             "t_{0.8, ν}) × the larger of the two standard errors. Power at the paper's effect δ, from the same standard "
             "error se and ν: T_ν(|δ|/se − t_{0.975, ν}) + T_ν(−|δ|/se − t_{0.975, ν}) (at the stated effect where the "
-            f"paper declares none); **underpowered** beside a verdict that did not find the effect, below "
+            "paper declares none; for a margin m, T_ν(m/se − t_{0.975, ν}) with the arms equal); **underpowered** beside a verdict that did not find the effect, below "
             f"{100 * UNDERPOWERED:.0f} %."
         ),
     ]
@@ -378,7 +378,9 @@ def power_text(j: Judgement) -> str:
     power = f"{100 * j.power:.0f} %" if j.power == j.power else "-"
     if j.claim.paper_effect is not None:
         return power
-    return "no paper effect declared" + (f" ({power} at the stated effect)" if j.claim.margin is None else "")
+    return "no paper effect declared" + (
+        f" ({power} at the stated effect)" if j.claim.margin is None else f" ({power} at the margin, arms equal)"
+    )
 
 
 def verdict_text(j: Judgement) -> str:

@@ -72,6 +72,7 @@ def _part_summary(p: Part, with_arms: bool) -> str:
         summary = f"{where}: {signed(j.effect)} {interval(j)}, MDE {j.minimum_detectable_effect:.3f}"
         summary += f", power {power_text(j)}" if j.claim.paper_effect is not None else ""
         summary += f", power {100 * j.power:.0f} % (stated effect)" if j.claim.smallest_effect is not None else ""
+        summary += f", power {100 * j.power:.0f} % (margin, arms equal)" if j.claim.margin is not None else ""
         summary += f", {verdict_text(j).replace('**', '')}"
     return summary + (f" (not counted: {p.excluded} {p.task})" if p.excluded else "")
 

@@ -53,7 +53,8 @@ What the design could see (v4: a verdict says when the design could not have sho
   central t as the MDE uses it); a verdict that did not find the effect (not reproduced, inconclusive) whose power is
   below `UNDERPOWERED` reads "underpowered" beside it (a reproduced or reversed interval excluded 0 already). A
   claim without a paper effect says "no paper effect declared" and gives the power at its stated smallest effect
-  (which "underpowered" then reads); a non-inferiority claim has neither.
+  (which "underpowered" then reads); a non-inferiority claim gives the power to show it when the arm truly equals
+  its baseline, ``T_ν(m/se − t_{0.975, ν})`` (`non_inferiority_power`).
 
 A **non-inferiority** claim ("the arm matches the baseline", e.g. an extrapolated checkpoint against the trained one)
 sets a ``margin`` m > 0 instead of an effect to exclude: the arm is claimed not worse than the baseline by more than m.
@@ -207,7 +208,8 @@ class Judgement:
     t_low: float = float("nan")  # `crossed_t_interval`
     t_high: float = float("nan")
     degrees_of_freedom: float = float("nan")  # the crossed t interval's (Satterthwaite)
-    # at the effect to exclude (`power_at`): the paper's, else the stated smallest one; nan for non-inferiority
+    # at the effect to exclude (`power_at`): the paper's, else the stated smallest one; for non-inferiority, to show it
+    # at a true difference of 0 (`non_inferiority_power`)
     power: float = float("nan")
     interval_verdict: str = ""  # the verdict of the interval alone (the v3 rule): `verdict` before v4's words
     no_test: str = ""  # why the verdict is no test (IDENTICAL, NO_HEADROOM, NO_MECHANISM + its numbers), else empty
@@ -332,6 +334,18 @@ def power_at(effect: float, standard_error: float, degrees_of_freedom: float = m
     return student_t_cdf(z - quantile, degrees_of_freedom) + student_t_cdf(-z - quantile, degrees_of_freedom)
 
 
+def non_inferiority_power(
+    margin: float, standard_error: float, degrees_of_freedom: float = math.inf, confidence: float = 0.95
+) -> float:
+    """The probability that a non-inferiority claim is reproduced (the interval's low end above ``−margin``) when the
+    arm truly equals its baseline: ``T_ν(m/se − t_{1−α/2, ν})``, the shifted t of `power_at` (one end only: the other
+    cannot reproduce it); nan without a standard error."""
+    if not standard_error > 0 or not math.isfinite(standard_error):
+        return float("nan")
+    quantile = student_t_quantile(1 - (1 - confidence) / 2, degrees_of_freedom)
+    return student_t_cdf(margin / standard_error - quantile, degrees_of_freedom)
+
+
 def headroom_share(arm, baseline, direction: int) -> float:
     """The share of the seed × problem cells (the seeds both have) where the baseline sits at the bound the claim moves
     towards: 1 for a claim that the arm is higher (``direction`` +1), 0 for lower. Values are pass rates in [0, 1]."""
@@ -430,7 +444,11 @@ def judge(
         t_low=t_low,
         t_high=t_high,
         degrees_of_freedom=df,
-        power=power_at(claim.threshold, se, df, confidence) if claim.margin is None else float("nan"),
+        power=(
+            power_at(claim.threshold, se, df, confidence)
+            if claim.margin is None
+            else non_inferiority_power(claim.margin, se, df, confidence)
+        ),
         interval_verdict=interval_verdict,
         no_test=no_test,
         headroom=at_bound,
