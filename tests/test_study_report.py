@@ -150,7 +150,7 @@ def test_trivial_baselines_are_rows_and_a_baseline_and_their_absence_is_handled(
     (trivial,) = [p for p in parts if p.claim.baseline == "trivial*" and p.setting.name == "main"]
     assert trivial.baseline == "trivial_shuffle" and trivial.judgement.num_seeds == 3
     # pass@256: the base solves 40 of 50 problems, the trivial policy (1 correct sample of 256) all 50: opposite
-    assert trivial.judgement.verdict == "not reproduced" and trivial.judgement.effect < 0
+    assert trivial.judgement.verdict == "reversed" and trivial.judgement.effect < 0
 
 
 def test_fill_replaces_blocks_keeps_prose_and_indentation_and_rejects_unknown_blocks():
@@ -375,7 +375,7 @@ def test_a_boundary_claim_counts_only_where_its_prerequisite_is_reproduced(tmp_p
     parts = apply_requirements(judge_parts("self", study, setting, setting_records(study, setting, tmp_path)))
     shrink = {p.task: p for p in parts if p.claim.name.startswith("1a.")}
     prerequisite = {p.task: p.judgement.verdict for p in parts if p.claim.name.startswith("0.")}
-    assert prerequisite == {"toy": "reproduced", "chain_sum": "not reproduced"}
+    assert prerequisite == {"toy": "reproduced", "chain_sum": "reversed"}  # the trivial policy above the base
     assert shrink["toy"].excluded == "" and shrink["chain_sum"].excluded == "claim 0 not reproduced on"
     assert {p.judgement.verdict for p in shrink.values()} == {"reproduced"}  # both judged, one counted
     assert group_verdict(list(shrink.values())) == "**reproduced**"
@@ -522,3 +522,78 @@ def test_mean_sd_by_hand():
     assert mean_sd([None, float("nan")]) == "n/a" and mean_sd([]) == "n/a"
     assert mean_sd([1.0, 3.0], digits=0) == "2 ± 1"
     assert mean_sd([0.25], signed=True) == "+0.250" and mean_sd([-0.1, -0.3], signed=True) == "-0.200 ± 0.141"
+
+
+def _gated_setup(clip_arm: float, clip_base: float):
+    """Three seeds of a claim gated on the clipped share (the real-model NSR claim's gate), arm well above its
+    baseline, with the given share of clipped tokens logged by each arm's runs."""
+    from lab.studies.verdicts import Claim, Gate
+
+    gate = Gate("clipped share", lambda r: r["train_log"][0]["clip"] if r["train_log"] else None, 0.05, "a test")
+    claim = Claim("g. gated", "nsr", "none", "pass@1", paper_effect=0.049, mechanism=gate)
+    records = []
+    for s in range(3):
+        records.append(_record("none", s, [2] * 30 + [6] * 30, train_log=[{"clip": clip_base}]))
+        records.append(_record("nsr", s, [6] * 60, train_log=[{"clip": clip_arm}]))
+    return claim, records
+
+
+def test_the_mechanism_gate_makes_a_part_no_test_where_its_mechanism_did_not_act():
+    from lab.studies.judging import _gated
+    from lab.studies.verdicts import judge
+
+    claim, records = _gated_setup(clip_arm=0.07, clip_base=0.0063)
+    arm = {r["seed"]: np.asarray(r["num_correct"]) / 8 for r in records if r["arm"] == "nsr"}
+    base = {r["seed"]: np.asarray(r["num_correct"]) / 8 for r in records if r["arm"] == "none"}
+    judgement = judge(claim, arm, base, num_resamples=500)
+    assert judgement.verdict == "reproduced"
+    gated = _gated(judgement, records, "toy", ("nsr", "none"), [0, 1, 2])
+    assert (gated.verdict, gated.interval_verdict) == ("no test", "reproduced")
+    assert gated.no_test == (
+        "mechanism did not act: clipped share 0.0700 (nsr) and 0.0063 (none), under the 0.05 it needs"
+    )
+    # the gate holds (both at least the minimum, 0.05 itself included): the verdict stands (the gate must not fire)
+    claim, records = _gated_setup(clip_arm=0.05, clip_base=0.08)
+    assert _gated(judgement, records, "toy", ("nsr", "none"), [0, 1, 2]) is judgement
+    # a run that logs no measure does not show the gate holds
+    records = [dict(r, train_log=[]) for r in records]
+    assert _gated(judgement, records, "toy", ("nsr", "none"), [0, 1, 2]).verdict == "no test"
+
+
+def test_the_rule_changes_list_names_every_moved_part_old_new_and_why():
+    import dataclasses as dc
+
+    from lab.studies.judging import Part, verdict_text
+    from lab.studies.verdict_index import design_rule_changes
+    from lab.studies.verdicts import Claim, Judgement
+
+    study, page = "nsr", PAGES["nsr"]
+    setting = page.settings[0]
+    claim = Claim("c. arm beats base", "arm", "base", "pass@1", paper_effect=0.05)
+
+    def part(task, verdict, interval_verdict, no_test="", high=0.1, power=0.9):
+        j = Judgement(claim, -0.1, -0.2, high, 0.05, 3, 50, verdict, interval_verdict=interval_verdict)
+        return Part(study, claim, setting, task, "base", dc.replace(j, no_test=no_test, power=power))
+
+    parts = [
+        part("toy", "reversed", "not reproduced", high=-0.01),
+        part(
+            "countdown_compact", "no test", "not reproduced", no_test="no headroom: the baseline at pass = 1 on 100 %"
+        ),
+        part("countdown", "inconclusive", "inconclusive", power=0.2),
+    ]
+    text = design_rule_changes({study: parts}, PAGES)
+    assert text.splitlines() == [
+        (
+            "- *c. arm beats base* ([nsr](nsr.md)): mixed (2 not reproduced, 1 inconclusive) → **mixed (1 reversed, 1 "
+            "inconclusive) (1 part with no test: no headroom)**"
+        ),
+        f"    - toy, {setting.name}: not reproduced → reversed (the interval excludes 0 on the other side)",
+        (
+            f"    - countdown_compact, {setting.name}: not reproduced → no test (no headroom: the baseline at pass = 1 on "
+            "100 %)"
+        ),
+    ]
+    assert design_rule_changes({study: parts[2:]}, PAGES) == "- none"  # nothing moved: nothing listed
+    assert verdict_text(parts[2].judgement) == "**inconclusive** (underpowered)"
+    assert verdict_text(parts[0].judgement) == "**reversed**"

@@ -63,7 +63,8 @@ def test_the_claimed_direction_signs_the_effect():
     arm, baseline = _records(-0.10, num_seeds=5, num_problems=200, seed_sd=0.01, problem_sd=0.05)
     lower = Claim("arm lowers pass@256", "arm", "base", "pass@256", direction=-1, smallest_effect=0.03)
     assert judge(lower, arm, baseline, num_resamples=2000).verdict == "reproduced"
-    assert judge(CLAIM, arm, baseline, num_resamples=2000).verdict == "not reproduced"  # the opposite of the claim
+    opposite = judge(CLAIM, arm, baseline, num_resamples=2000)  # the opposite of the claim, significantly
+    assert (opposite.verdict, opposite.interval_verdict) == ("reversed", "not reproduced")
 
 
 def test_the_rule_at_its_edges():
@@ -96,7 +97,8 @@ def test_a_non_inferiority_claim_is_judged_by_its_margin():
     arm, baseline = _records(-0.01, num_seeds=5, num_problems=400, seed_sd=0.001, problem_sd=0.01)
     j = judge(matches, arm, baseline, num_resamples=2000)
     assert -0.03 < j.low < j.high < 0 and j.verdict == "reproduced"
-    assert judge(CLAIM, arm, baseline, num_resamples=2000).verdict == "not reproduced"
+    assert j.measurably_below  # within the margin, yet the interval excludes 0 below: the page says so
+    assert judge(CLAIM, arm, baseline, num_resamples=2000).verdict == "reversed"
     # a true loss of 0.1: worse by more than the margin
     arm, baseline = _records(-0.10, num_seeds=5, num_problems=400, seed_sd=0.001, problem_sd=0.01)
     assert judge(matches, arm, baseline, num_resamples=2000).verdict == "not reproduced"
@@ -189,7 +191,10 @@ def test_identical_arms_are_no_test():
     # one problem of one seed differs: a test again (a narrow interval, but one that measured something)
     arm = {s: np.ones(12) for s in range(3)}
     arm[1] = np.r_[np.zeros(1), np.ones(11)]
-    assert judge(CLAIM, arm, ceiling, num_resamples=500).verdict != "no test"
+    assert judge(CLAIM, arm, ceiling, num_resamples=500, headroom=False).verdict != "no test"
+    # with the headroom rule (the baseline at the ceiling on every cell) no arm could come out above it: no test
+    j = judge(CLAIM, arm, ceiling, num_resamples=500)
+    assert (j.verdict, j.interval_verdict, j.headroom) == ("no test", "inconclusive", 1.0)
 
 
 def test_the_detectable_effect_uses_t_quantiles():
@@ -272,3 +277,105 @@ def test_the_rule_reads_the_hull_of_the_bootstrap_and_t_intervals_and_the_metric
         _ = Claim("c", "a", "b", "greedy", smallest_effect=0.1).k
     with pytest.raises(ValueError, match="at least 2 seeds"):
         seed_t_interval(differences[:1])
+
+
+def test_power_at_the_paper_effect_is_the_two_sided_shifted_t():
+    from lab.studies.verdicts import power_at
+
+    phi = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))  # noqa: E731
+    # the normal limit, by hand: Φ(0.05 / 0.02 − 1.959964) + Φ(−0.05 / 0.02 − 1.959964)
+    expected = phi(2.5 - 1.959964) + phi(-2.5 - 1.959964)
+    assert power_at(0.05, 0.02) == pytest.approx(expected, abs=1e-6)
+    assert power_at(-0.05, 0.02) == power_at(0.05, 0.02)  # |δ|: the sign does not matter
+    assert power_at(0.0, 0.02) == pytest.approx(0.05, abs=1e-6)  # no effect: the test's level
+    # at the minimum detectable effect the power is the MDE's 80 % plus the far tail, at any ν (the same t)
+    for df in (4.0, 9.5, math.inf):
+        mde = minimum_detectable_effect(0.013, df)
+        far = student_t_cdf(-mde / 0.013 - student_t_quantile(0.975, df), df)
+        assert power_at(mde, 0.013, df) == pytest.approx(0.8 + far, abs=1e-9)
+    assert math.isnan(power_at(0.05, 0.0))  # no spread measured: no power to state
+
+
+def test_a_judgement_states_its_power_and_underpowered_only_beside_a_miss():
+    arm, baseline = _records(0.0, num_seeds=3, num_problems=30, seed_sd=0.05, problem_sd=0.2)
+    j = judge(CLAIM, arm, baseline, num_resamples=2000)
+    se = (j.minimum_detectable_effect) / (
+        student_t_quantile(0.975, j.degrees_of_freedom) + student_t_quantile(0.8, j.degrees_of_freedom)
+    )
+    from lab.studies.verdicts import power_at
+
+    assert j.power == pytest.approx(power_at(0.05, se, j.degrees_of_freedom), rel=1e-9)
+    assert j.verdict == "inconclusive" and j.power < 0.5 and j.underpowered
+    # a stated smallest effect: the power there; a non-inferiority claim: none
+    stated = Claim("s", "arm", "base", "pass@1", smallest_effect=0.05)
+    assert judge(stated, arm, baseline, num_resamples=2000).power == pytest.approx(j.power, rel=1e-9)
+    from lab.studies.verdicts import non_inferiority_power
+
+    matches = Claim("m", "arm", "base", "pass@1", margin=0.03)
+    k = judge(matches, arm, baseline, num_resamples=2000)
+    assert k.power == pytest.approx(non_inferiority_power(0.03, se, j.degrees_of_freedom), rel=1e-9)
+    # by hand, the normal limit: Φ(0.03 / 0.01 − 1.959964)
+    assert non_inferiority_power(0.03, 0.01) == pytest.approx(0.5 * (1 + math.erf(1.040036 / math.sqrt(2))), abs=1e-6)
+    # a large, sure effect: reproduced, and "underpowered" never sits beside a found effect
+    arm, baseline = _records(0.10, num_seeds=5, num_problems=200, seed_sd=0.01, problem_sd=0.05)
+    small = Claim("tiny", "arm", "base", "pass@1", paper_effect=0.001)
+    j = judge(small, arm, baseline, num_resamples=2000)
+    assert j.verdict == "reproduced" and j.power < 0.5 and not j.underpowered
+
+
+def test_reversed_only_where_the_interval_excludes_zero_on_the_wrong_side():
+    arm, baseline = _records(-0.10, num_seeds=5, num_problems=200, seed_sd=0.01, problem_sd=0.05)
+    j = judge(CLAIM, arm, baseline, num_resamples=2000)
+    assert j.high < 0 and (j.verdict, j.interval_verdict) == ("reversed", "not reproduced")
+    # below the paper's effect but not below 0: not reproduced, not reversed (the rule must not fire)
+    arm, baseline = _records(0.0, num_seeds=5, num_problems=400, seed_sd=0.001, problem_sd=0.01)
+    j = judge(CLAIM, arm, baseline, num_resamples=2000)
+    assert j.low < 0 < j.high < 0.05 and j.verdict == "not reproduced"
+    # a non-inferiority claim is never "reversed": below 0 it is measurably below, its verdict from the margin
+    matches = Claim("m", "arm", "base", "pass@1", margin=0.03)
+    arm, baseline = _records(-0.10, num_seeds=5, num_problems=400, seed_sd=0.001, problem_sd=0.01)
+    j = judge(matches, arm, baseline, num_resamples=2000)
+    assert (j.verdict, j.measurably_below) == ("not reproduced", True)
+
+
+def _at_bound(share_at_bound: float, value: float, num_seeds=4, num_problems=40):
+    """A baseline at ``value`` on ``share_at_bound`` of its seed × problem cells (else 0.5), and an arm a little
+    off it on every cell (so the arms are not identical)."""
+    cells = num_seeds * num_problems
+    at = round(share_at_bound * cells)
+    flat = np.r_[np.full(at, value), np.full(cells - at, 0.5)]
+    baseline = {s: flat[s * num_problems : (s + 1) * num_problems] for s in range(num_seeds)}
+    rng = np.random.default_rng(1)
+    arm = {s: np.clip(b + rng.normal(0, 0.05, num_problems) * (1 - 2 * value), 0, 1) for s, b in baseline.items()}
+    return arm, baseline
+
+
+def test_the_headroom_rule_fires_at_its_declared_share_and_not_below():
+    from lab.studies.verdicts import HEADROOM_SHARE
+
+    assert HEADROOM_SHARE == 0.95
+    higher = Claim("higher", "arm", "base", "pass@32", smallest_effect=0.03)
+    arm, baseline = _at_bound(0.95, 1.0)  # 152 of 160 cells at pass = 1
+    j = judge(higher, arm, baseline, num_resamples=2000)
+    assert (j.verdict, j.headroom) == ("no test", 0.95) and j.no_test.startswith("no headroom")
+    assert j.interval_verdict != "reproduced"  # the interval's own verdict is kept, for the rule changes list
+    arm, baseline = _at_bound(0.94375, 1.0)  # 151 of 160: below the share, judged
+    assert judge(higher, arm, baseline, num_resamples=2000).verdict != "no test"
+    # a claim that the arm is lower has no room where the baseline sits at the floor, and room at the ceiling
+    lower = Claim("lower", "arm", "base", "pass@32", direction=-1, smallest_effect=0.03)
+    arm, baseline = _at_bound(1.0, 0.0)
+    assert judge(lower, arm, baseline, num_resamples=2000).no_test.startswith("no headroom: the baseline at pass = 0")
+    arm, baseline = _at_bound(1.0, 1.0)
+    assert judge(lower, arm, baseline, num_resamples=2000).verdict != "no test"
+    # switched off (a trivial-policy baseline): the interval's verdict
+    arm, baseline = _at_bound(1.0, 1.0)
+    j = judge(higher, arm, baseline, num_resamples=2000, headroom=False)
+    assert (j.verdict, j.interval_verdict, j.no_test) == ("reversed", "not reproduced", "")  # the arm fell off it
+
+
+def test_the_headroom_rule_does_not_override_a_reproduced_interval():
+    higher = Claim("higher", "arm", "base", "pass@32", smallest_effect=0.03)
+    baseline = {s: np.r_[np.ones(144), np.zeros(6)] for s in range(4)}  # 96 % of the cells at the ceiling
+    arm = {s: np.ones(150) for s in range(4)}  # the arm solves the 6 problems left, on every seed
+    j = judge(higher, arm, baseline, num_resamples=2000)
+    assert j.headroom == 0.96 and j.low > 0 and j.verdict == "reproduced" and j.no_test == ""

@@ -21,7 +21,7 @@ from .pages import (
     page_tasks,
     per_problem,
 )
-from .verdicts import NO_TEST, Claim, Judgement, judge
+from .verdicts import HEADROOM_SHARE, IDENTICAL, NO_MECHANISM, NO_TEST, UNDERPOWERED, Claim, Judgement, judge
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,13 +169,39 @@ def judge_parts(study_name: str, study, setting: PageSetting, records: list[dict
                 if any(arm[s].shape != base[s].shape for s in common):
                     parts.append(Part(study_name, claim, setting, task, baseline, None, "different problems"))
                     continue
-                judgement = judge(claim, arm, base, num_resamples=NUM_RESAMPLES, seed=BOOTSTRAP_SEED)
+                judgement = judge(
+                    claim,
+                    arm,
+                    base,
+                    num_resamples=NUM_RESAMPLES,
+                    seed=BOOTSTRAP_SEED,
+                    headroom=not baseline.startswith(TRIVIAL_PREFIX),  # a trivial policy at the ceiling is a finding
+                )
+                if claim.mechanism is not None and judgement.no_test != IDENTICAL:
+                    judgement = _gated(judgement, records, task, (claim.arm, baseline), common)
                 dropped = 0 if keep is None else int((~keep).sum())
                 # only a comparison that reads the base's own test results can be biased by how the base was chosen
                 reads_base = is_untrained(study, claim.arm) or is_untrained(study, baseline)
                 part = Part(study_name, claim, setting, task, baseline, judgement, near_duplicates=dropped)
                 parts.append(dataclasses.replace(part, base_exploratory=bases[task] if reads_base else ""))
     return parts
+
+
+def _gated(judgement: Judgement, records: list[dict], task: str, arms: tuple[str, str], seeds: list[int]) -> Judgement:
+    """``judgement`` made **no test** where the claim's mechanism gate (`Claim.mechanism`) fails: the mean of the gate's
+    measure over the judged seeds' runs, of the arm or of its baseline, below the gate's minimum (a run that logs no
+    measure fails it: the gate is not shown to hold)."""
+    gate = judgement.claim.mechanism
+    means = {}
+    for arm in arms:
+        values = [gate.measure(r) for r in records if r["task"] == task and r["arm"] == arm and r["seed"] in seeds]
+        values = [v for v in values if v is not None]
+        means[arm] = float(np.mean(values)) if values else float("nan")
+    if all(value >= gate.minimum for value in means.values()):
+        return judgement
+    shown = " and ".join(f"{value:.4f} ({arm})" for arm, value in means.items())
+    reason = f"{NO_MECHANISM}: {gate.label} {shown}, under the {gate.minimum:g} it needs"
+    return dataclasses.replace(judgement, verdict=NO_TEST, no_test=reason)
 
 
 def _paired_trivial(arm: dict, base: dict, cycle: bool) -> dict:
@@ -231,6 +257,7 @@ def claims_table(parts: list[Part]) -> str:
         "effect [95 % interval]",
         "crossed bootstrap / crossed t (ν)",
         "MDE",
+        "power at the paper's effect",
         "effect to exclude",
         "verdict",
     ]
@@ -243,9 +270,16 @@ def claims_table(parts: list[Part]) -> str:
         where = f"{p.task}, `{p.setting.name}`" + (f" ({j.num_seeds} × {j.num_problems})" if j else "")
         cells = [name, where, f"{c.arm} − {p.baseline}, {c.metric}"]
         if j is None:
-            cells += ["-", "-", "-", exclude, f"not judged: {p.not_judged}"]
-        elif j.verdict == NO_TEST:
-            cells += ["+0.000 (the arms are identical on every seed and problem)", "-", "-", exclude, "**no test**"]
+            cells += ["-", "-", "-", "-", exclude, f"not judged: {p.not_judged}"]
+        elif j.no_test == IDENTICAL:
+            cells += [
+                "+0.000 (the arms are identical on every seed and problem)",
+                "-",
+                "-",
+                "-",
+                exclude,
+                "**no test**",
+            ]
         else:
             cells += [
                 f"{signed(j.effect)} {interval(j)}",
@@ -254,8 +288,9 @@ def claims_table(parts: list[Part]) -> str:
                     f"[{signed(j.t_low)}, {signed(j.t_high)}] ({j.degrees_of_freedom:.1f})"
                 ),
                 f"{j.minimum_detectable_effect:.3f}",
+                power_text(j),
                 exclude,
-                f"**{j.verdict}**" + (f" (not counted: {p.excluded} this task)" if p.excluded else ""),
+                verdict_text(j) + (f" (not counted: {p.excluded} this task)" if p.excluded else ""),
             ]
         rows.append(cells)
     lines = table(header, rows)
@@ -293,6 +328,12 @@ def claims_table(parts: list[Part]) -> str:
             f"- *{claim.name}*: {claim.reason}."
             + (f" Exploratory, {claim.exploratory}." if claim.exploratory else "")
             + (f" Counted only on a task where *{claim.requires}* is reproduced." if claim.requires else "")
+            + (
+                f" Judged only where its mechanism acts: {claim.mechanism.label} at least {claim.mechanism.minimum:g} "
+                f"in the arm and its baseline ({claim.mechanism.reason})."
+                if claim.mechanism
+                else ""
+            )
         )
     for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory}.values():
         lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory, {setting.exploratory}.")
@@ -309,7 +350,8 @@ def claims_table(parts: list[Part]) -> str:
         "",
         (
             f"The rule (`lab/studies/verdicts.py`): **reproduced** if the interval excludes 0 in the claimed "
-            f"direction, **not reproduced** if it excludes the effect to exclude, else **inconclusive**. The interval is "
+            f"direction, **reversed** if it excludes 0 on the other side (a kind of not reproduced), **not reproduced** "
+            "if it excludes the effect to exclude, else **inconclusive**. The interval is "
             "the hull of two 95 % intervals of the per-problem paired difference (same seeds, same problems), both "
             f"shown. Every seed runs on the same problems, so the design is crossed: a crossed bootstrap "
             f"({NUM_RESAMPLES} resamples, seed {BOOTSTRAP_SEED}; the seeds with replacement and one problem draw, with "
@@ -317,12 +359,41 @@ def claims_table(parts: list[Part]) -> str:
             "two-way ANOVA mean squares, (MS_seed + MS_problem − MS_residual) / (seeds × problems), with Satterthwaite's "
             "degrees of freedom ν). With 3-5 seeds the bootstrap alone is too narrow at the seed level (3 seeds have 10 "
             "distinct resamples), which the t quantile at ν corrects: a verdict must hold under both. **no test**: the "
-            "arms are identical on every seed and problem (e.g. both at pass = 1 everywhere), so nothing is judged. "
-            "MDE: the effect this design detects with 80 % power, (t_{0.975, ν} + t_{0.8, ν}) × the larger of the "
-            "two standard errors."
+            "arms are identical on every seed and problem (e.g. both at pass = 1 everywhere), so nothing is judged; "
+            f"also where the baseline sits at the claimed bound on at least {100 * HEADROOM_SHARE:.0f} % of the seed × "
+            "problem cells (no headroom; an interval that excludes 0 stays reproduced), or where a claim's mechanism "
+            "gate fails (below the table). MDE: the effect this design detects with 80 % power, (t_{0.975, ν} + "
+            "t_{0.8, ν}) × the larger of the two standard errors. Power at the paper's effect δ, from the same standard "
+            "error se and ν: T_ν(|δ|/se − t_{0.975, ν}) + T_ν(−|δ|/se − t_{0.975, ν}) (at the stated effect where the "
+            "paper declares none; for a margin m, T_ν(m/se − t_{0.975, ν}) with the arms equal); **underpowered** beside a verdict that did not find the effect, below "
+            f"{100 * UNDERPOWERED:.0f} %."
         ),
     ]
     return "\n".join(lines)
+
+
+def power_text(j: Judgement) -> str:
+    """A part's power at the paper's effect (`verdicts.power_at`), or that there is none (with the power at the stated
+    smallest effect, where the claim states one)."""
+    power = f"{100 * j.power:.0f} %" if j.power == j.power else "-"
+    if j.claim.paper_effect is not None:
+        return power
+    return "no paper effect declared" + (
+        f" ({power} at the stated effect)" if j.claim.margin is None else f" ({power} at the margin, arms equal)"
+    )
+
+
+def verdict_text(j: Judgement) -> str:
+    """A part's verdict in bold, with what the design could see beside it: why it is no test, "underpowered" (power at
+    the paper's effect under `verdicts.UNDERPOWERED`), or a non-inferiority arm measurably below its baseline."""
+    text = f"**{j.verdict}**"
+    if j.verdict == NO_TEST and j.no_test != IDENTICAL:
+        text += f" ({j.no_test})"
+    elif j.underpowered:
+        text += " (underpowered)"
+    if j.measurably_below and j.verdict != NO_TEST:
+        text += " (measurably below: the interval excludes 0 below)"
+    return text
 
 
 def _group_tasks(pairs) -> dict[str, list[str]]:

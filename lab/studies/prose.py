@@ -13,6 +13,13 @@ What is left is a number stated in prose alone: render it from the records, cite
 it. The test over the committed pages (``tests/test_evidence_prose.py``) fails on any such number. A limit, stated:
 a small integer (a seed count, "3 of 100") matches almost any table, so the check guards measured values (decimals,
 percentages, large counts) far better than small counts.
+
+`contradicted_sentences` checks the words: a sentence that names one claim by its number ("claim 6") and a verdict
+word that the page's rendered tables do not print for that claim, or that says a claim with rows was "not run" or
+that "neither arm improved", contradicts the page. Its limits, stated: it reads only claims named by number (a
+sentence about "SELF's boundary group" is not tied to its claims; of a range, "claims 10-12c", its two ends), a sentence naming two claims is not judged, and a
+sentence about history ("before", "was", "v2", "v3") is left alone; on the index, claim numbers of different studies
+share a number, so a word is checked against all of them.
 """
 
 import re
@@ -70,4 +77,78 @@ def unbacked_numbers(page_text: str, declared: dict[str, str] | None = None) -> 
         for match in _NUMBER.finditer(line):
             if canonical(match.group()) not in backed:
                 out.append((match.group(), index, line.strip()))
+    return out
+
+
+# The verdict words of the rule, longest first (so "not reproduced" is not read as "reproduced").
+_VERDICT_WORDS = ("not reproduced", "reproduced", "reversed", "inconclusive", "no test", "mixed")
+_VERDICT = re.compile(r"\b(" + "|".join(_VERDICT_WORDS) + r")\b")
+_CLAIM_NAME = re.compile(r"^\*{0,2}(\d+[a-z]?)\. ")
+_CLAIM_REF = re.compile(r"\bclaims? (\d+[a-z]?)\b(?!\s*[-–,]\s*\d)", re.IGNORECASE)
+_CLAIM_ANY = re.compile(r"\bclaims? (\d+[a-z]?)\b(?:\s*[-–]\s*(\d+[a-z]?)\b)?", re.IGNORECASE)
+_NOT_RUN = re.compile(r"\b(?:not run|never run|neither arm improved|neither improved)\b", re.IGNORECASE)
+
+
+def table_verdicts(page_text: str) -> dict[str, set[str]]:
+    """Per claim number ("3", "12c"), the verdict words its rows in the page's rendered tables print (a table with a
+    column named "claim" and one whose name starts with "verdict"); a mixed claim gives every word of its counts."""
+    found: dict[str, set[str]] = {}
+    for block in RENDERED_BLOCK.finditer(page_text):
+        lines = [line.strip() for line in block["body"].splitlines()]
+        for i, line in enumerate(lines):
+            if not line.startswith("|") or i + 1 >= len(lines) or not lines[i + 1].startswith("|---"):
+                continue
+            header = [cell.strip() for cell in line.strip("|").split("|")]
+            if "claim" not in header or not any(h.startswith("verdict") for h in header):
+                continue
+            claim_at = header.index("claim")
+            verdict_at = next(k for k, h in enumerate(header) if h.startswith("verdict"))
+            for row in lines[i + 2 :]:
+                if not row.startswith("|"):
+                    break
+                cells = [cell.strip() for cell in row.strip("|").split("|")]
+                name = _CLAIM_NAME.match(cells[claim_at]) if len(cells) > max(claim_at, verdict_at) else None
+                if name:
+                    found.setdefault(name[1], set()).update(_VERDICT.findall(cells[verdict_at].replace("*", "")))
+    return found
+
+
+_SENTENCE = re.compile(r"[^.;]+(?:[.;](?=\s|$)|$)|[.;]", re.DOTALL)
+
+
+def _sentences(text: str):
+    """``(line number, sentence)`` of prose ``text``: the runs between full stops and semicolons that end a word (a
+    decimal point does not end one) and blank lines, whitespace folded."""
+    for paragraph in re.finditer(r"(?:.+\n?)+", text):
+        start_line = text.count("\n", 0, paragraph.start()) + 1
+        for match in _SENTENCE.finditer(paragraph.group()):
+            sentence = " ".join(match.group().split())
+            if sentence:
+                yield start_line + paragraph.group().count("\n", 0, match.start()), sentence
+
+
+def contradicted_sentences(page_text: str) -> list[tuple[int, str, str]]:
+    """``(line, sentence, why)`` for every sentence of the page's prose (`prose_of`) that contradicts its rendered
+    tables (`table_verdicts`): a sentence that names one claim and a verdict word its rows do not print (a sentence
+    about a rule change, which names a verdict the claim had before, says "before", "was", "v2" or "v3", and is
+    left alone), or that says a claim with rows in the tables was "not run" or that "neither arm improved"."""
+    verdicts = table_verdicts(page_text)
+    out = []
+    for sentence_line, sentence in _sentences(prose_of(page_text)):
+        if _NOT_RUN.search(sentence):  # any claim it names, a range's first included ("claims 10-12c")
+            ends = [c for pair in _CLAIM_ANY.findall(sentence) for c in pair if c]
+            named = [c for c in dict.fromkeys(ends) if c in verdicts]
+            if named:
+                out.append((sentence_line, sentence, f"claim {named[0]} has rows in the page's tables"))
+            continue
+        claims = [c for c in dict.fromkeys(_CLAIM_REF.findall(sentence)) if c in verdicts]
+        if len(claims) != 1 or re.search(r"\bclaims\b", sentence, re.IGNORECASE):  # several claims: not judged
+            continue
+        (claim,) = claims
+        if re.search(r"\b(?:before|was|were|v2|v3|previous|earlier)\b", sentence):
+            continue
+        said = set(_VERDICT.findall(sentence)) - verdicts[claim]
+        if said:
+            why = f"claim {claim}: {sorted(said)} against the table's {sorted(verdicts[claim])}"
+            out.append((sentence_line, sentence, why))
     return out

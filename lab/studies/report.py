@@ -51,7 +51,13 @@ from .pages import (  # noqa: F401
     splits_block,
 )
 from .registry import get_pages, get_study
-from .verdict_index import group_verdict, index_table, method_summary, rule_changes  # noqa: F401
+from .verdict_index import (  # noqa: F401
+    design_rule_changes,
+    group_verdict,
+    index_table,
+    method_summary,
+    rule_changes,
+)
 
 
 # Every study's page, by study name (`lab.studies.registry`).
@@ -109,6 +115,7 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
             out[page.path] = fill((root / page.path).read_text(), blocks, page.path)
     index_blocks["index:verdicts"] = index_table(all_parts, PAGES)
     index_blocks["index:rule_changes"] = rule_changes(all_parts, PAGES)
+    index_blocks["index:design_rule_changes"] = design_rule_changes(all_parts, PAGES)
     out[INDEX] = fill((root / INDEX).read_text(), index_blocks, INDEX)
     # a method page may summarise several studies (the toy's and the real model's): its blocks are filled together
     by_path: dict[str, dict[str, str]] = {}

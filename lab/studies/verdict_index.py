@@ -5,16 +5,21 @@ a method page's evidence summary. No study is named here: a page's own labels an
 
 from pathlib import Path
 
-from .judging import Part, claim_group, exploratory_label
+from .judging import Part, claim_group, exploratory_label, power_text, verdict_text
 from .markdown import interval, row, signed
 from .pages import MethodSummary, Page
-from .verdicts import NO_TEST
+from .verdicts import IDENTICAL, NO_TEST
 
 
-def _combined(parts: list[Part]) -> str:
-    """The one verdict the judged parts share, or "mixed" with the count of each; a part with no test (identical arms)
-    gives no verdict and does not count, unless no part has one."""
-    judged = [p.judgement.verdict for p in parts if p.judgement]
+def _verdict(p: Part, v3: bool) -> str:
+    """A part's verdict under the current rule, or (``v3``) of its interval alone, as the crossed rule (v3) gave it."""
+    return p.judgement.interval_verdict if v3 else p.judgement.verdict
+
+
+def _combined(parts: list[Part], v3: bool = False) -> str:
+    """The one verdict the judged parts share, or "mixed" with the count of each; a part with no test (identical arms,
+    no headroom, mechanism did not act) gives no verdict and does not count, unless no part has one."""
+    judged = [_verdict(p, v3) for p in parts if p.judgement]
     if not judged:  # why not (e.g. "pending: 2 of 5 declared seeds")
         reasons = list(dict.fromkeys(p.not_judged for p in parts if p.not_judged))
         return "not judged" + (f" ({'; '.join(reasons)})" if reasons else "")
@@ -22,7 +27,9 @@ def _combined(parts: list[Part]) -> str:
     if tested and len(tested) < len(judged):
         untested = len(judged) - len(tested)
         verdict = _combined_verdicts(tested)
-        return f"{verdict} ({untested} part{'s' * (untested > 1)} with no test: identical arms)"
+        causes = [IDENTICAL if v3 else p.judgement.no_test.split(":")[0] for p in parts if p.judgement]
+        causes = ", ".join(dict.fromkeys(c for c in causes if c))
+        return f"{verdict} ({untested} part{'s' * (untested > 1)} with no test: {causes})"
     return _combined_verdicts(judged)
 
 
@@ -31,10 +38,11 @@ def _combined_verdicts(judged: list[str]) -> str:
     return judged[0] if len(counts) == 1 else "mixed (" + ", ".join(f"{n} {v}" for v, n in counts.items()) + ")"
 
 
-def group_verdict(parts: list[Part]) -> str:
+def group_verdict(parts: list[Part], v3: bool = False) -> str:
     """A claim's verdict from its parts: the one verdict they share, or "mixed" with the count of each. Parts set after
     looking (exploratory) do not count towards it; they get their own, labelled, after it. A claim with only
-    exploratory parts gets their verdict, labelled exploratory."""
+    exploratory parts gets their verdict, labelled exploratory. ``v3``: from the parts' interval verdicts alone (the
+    crossed rule's, before v4 said what the design could see)."""
     counted = [p for p in parts if not p.excluded]
     registered = [p for p in counted if not p.exploratory]
     exploratory = [p for p in counted if p.exploratory]
@@ -45,10 +53,10 @@ def group_verdict(parts: list[Part]) -> str:
             reasons.setdefault(p.excluded, []).append(p.task)
         return "**no test** (" + "; ".join(f"{r} {', '.join(dict.fromkeys(t))}" for r, t in reasons.items()) + ")"
     if not registered:
-        return f"**{_combined(exploratory)}**, exploratory ({labels})"
-    verdict = f"**{_combined(registered)}**"
+        return f"**{_combined(exploratory, v3)}**, exploratory ({labels})"
+    verdict = f"**{_combined(registered, v3)}**"
     if exploratory and any(p.judgement for p in exploratory):
-        verdict += f"; exploratory ({labels}): {_combined(exploratory)}"
+        verdict += f"; exploratory ({labels}): {_combined(exploratory, v3)}"
     return verdict
 
 
@@ -58,10 +66,14 @@ def _part_summary(p: Part, with_arms: bool) -> str:
     if p.judgement is None:
         return f"{where}: not judged ({p.not_judged})"
     j = p.judgement
-    if j.verdict == NO_TEST:
+    if j.no_test == IDENTICAL:
         summary = f"{where}: identical arms, no test"
     else:
-        summary = f"{where}: {signed(j.effect)} {interval(j)}, MDE {j.minimum_detectable_effect:.3f}, {j.verdict}"
+        summary = f"{where}: {signed(j.effect)} {interval(j)}, MDE {j.minimum_detectable_effect:.3f}"
+        summary += f", power {power_text(j)}" if j.claim.paper_effect is not None else ""
+        summary += f", power {100 * j.power:.0f} % (stated effect)" if j.claim.smallest_effect is not None else ""
+        summary += f", power {100 * j.power:.0f} % (margin, arms equal)" if j.claim.margin is not None else ""
+        summary += f", {verdict_text(j).replace('**', '')}"
     return summary + (f" (not counted: {p.excluded} {p.task})" if p.excluded else "")
 
 
@@ -79,7 +91,7 @@ def index_table(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -
         "method",
         "claim",
         "verdict (the rule)",
-        "parts: effect [95 % interval], MDE, verdict",
+        "parts: effect [95 % interval], MDE, power at the paper's effect, verdict",
         "before (v2 rule)",
         "page",
     ]
@@ -103,15 +115,38 @@ def index_table(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -
 
 
 def rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -> str:
-    """The claims whose verdict differs from the one the previous rule gave (each page's ``previous_verdicts``), as a
-    list: the claim, its page, the verdict before and now (rendered, so the list cannot drift from the table)."""
+    """The claims whose verdict under the crossed rule (v3: the interval alone) differs from the one the rule before it
+    gave (each page's ``previous_verdicts``), as a list: the claim, its page, the verdict before and then (rendered,
+    so the list cannot drift from the table)."""
     lines = []
     for study_name, parts in parts_by_study.items():
         page = pages[study_name]
         for group, members in claim_groups(parts).items():
-            now, before = group_verdict(members).replace("**", ""), page.previous_verdicts.get(group)
+            now, before = group_verdict(members, v3=True).replace("**", ""), page.previous_verdicts.get(group)
             if before is not None and now != before:
                 lines.append(f"- {group} ([{study_name}]({Path(page.path).name})): {before} → **{now}**")
+    return "\n".join(lines) if lines else "- none"
+
+
+def design_rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -> str:
+    """Each claim with a part whose verdict v4's words (what the design could see: reversed, no headroom, mechanism
+    gate) move from the interval's own verdict (v3): the claim's verdict old → new, then each such part, old → new
+    and why; rendered from the judgements, so the list cannot drift from the tables."""
+    lines = []
+    for study_name, parts in parts_by_study.items():
+        link = f"[{study_name}]({Path(pages[study_name].path).name})"
+        for group, members in claim_groups(parts).items():
+            moved = [p for p in members if p.judgement and p.judgement.verdict != p.judgement.interval_verdict]
+            if not moved:
+                continue
+            old, new = group_verdict(members, v3=True).replace("**", ""), group_verdict(members)
+            changed = old != new.replace("**", "")
+            lines.append(f"- *{group}* ({link}): {old} → {new}" if changed else f"- *{group}* ({link}), parts:")
+            for p in moved:
+                j = p.judgement
+                why = j.no_test or "the interval excludes 0 on the other side"
+                note = " (not counted)" if p.excluded else " (exploratory)" if p.exploratory else ""
+                lines.append(f"    - {p.task}, {p.setting.name}{note}: {j.interval_verdict} → {j.verdict} ({why})")
     return "\n".join(lines) if lines else "- none"
 
 

@@ -35,10 +35,33 @@ The verdict follows from the interval ``[lo, hi]`` of the effect signed in the c
   it: any effect there is smaller than claimed, or opposite);
 - **inconclusive**: none of these.
 
+What the design could see (v4: a verdict says when the design could not have shown the claim):
+
+- **reversed** (a kind of not reproduced): ``hi < 0``, the interval excludes 0 on the wrong side of the claim: the
+  effect went significantly the other way;
+- **no test** (no headroom): the baseline sits at the bound the claim moves towards (pass = 1 for a claim that the arm
+  is higher, pass = 0 for a claim that it is lower) on at least `HEADROOM_SHARE` of the seed × problem cells, so no
+  arm can come out beyond it there; it does not override **reproduced** (an interval that excludes 0 found room), and
+  `judge` leaves it out (``headroom=False``) where the baseline is a trivial policy: a prerequisite claim ("the base
+  is above the trivial policy") asks exactly whether a policy without reasoning reaches the ceiling, so a trivial
+  policy at the ceiling is its finding, not a lack of room;
+- **no test** (mechanism did not act): a claim that declares a `Gate` (its mechanism must act, e.g. NSR needs the
+  clip to cut tokens) where the gate's measure stayed below its minimum (`lab.studies.judging` reads the records);
+- **power at the paper's effect** δ, printed beside each verdict (a claim without a paper effect says so), from the
+  realised standard error se and degrees of freedom ν of the interval (those of the MDE below), two-sided at 95 %:
+  ``power = T_ν(|δ|/se − t_{0.975, ν}) + T_ν(−|δ|/se − t_{0.975, ν})`` (T_ν Student's t distribution, the shifted
+  central t as the MDE uses it); a verdict that did not find the effect (not reproduced, inconclusive) whose power is
+  below `UNDERPOWERED` reads "underpowered" beside it (a reproduced or reversed interval excluded 0 already). A
+  claim without a paper effect says "no paper effect declared" and gives the power at its stated smallest effect
+  (which "underpowered" then reads); a non-inferiority claim gives the power to show it when the arm truly equals
+  its baseline, ``T_ν(m/se − t_{0.975, ν})`` (`non_inferiority_power`).
+
 A **non-inferiority** claim ("the arm matches the baseline", e.g. an extrapolated checkpoint against the trained one)
 sets a ``margin`` m > 0 instead of an effect to exclude: the arm is claimed not worse than the baseline by more than m.
 Then **reproduced** if ``lo > −m`` (the interval excludes a loss of m or more), **not reproduced** if ``hi < −m`` (it
-excludes every effect above −m: the arm is worse by more than m), else **inconclusive** (`decide_non_inferior`).
+excludes every effect above −m: the arm is worse by more than m), else **inconclusive** (`decide_non_inferior`). A
+non-inferiority interval with ``hi < 0`` is marked ``measurably_below``: the arm is measurably worse, by less than m
+or not.
 
 `judge` also reports the minimum detectable effect, the true effect this design detects with 80 % power at this
 level: ``(t_{0.975, ν} + t_{0.8, ν}) · se``, se the larger of the crossed standard error and the bootstrap's.
@@ -53,7 +76,7 @@ numpy; no trainer, no study.
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -62,8 +85,29 @@ from trl_rlvr_ext.evaluation.paired import chunked_resample_means, crossed_boots
 from .student_t import student_t_cdf, student_t_quantile
 
 
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "no test")
+VERDICTS = ("reproduced", "not reproduced", "reversed", "inconclusive", "no test")
 NO_TEST = "no test"
+REVERSED = "reversed"
+# The headroom rule: "no test" where the baseline sits at the claimed bound on at least this share of the cells.
+HEADROOM_SHARE = 0.95
+# "underpowered" beside a verdict whose power at the paper's effect is below this.
+UNDERPOWERED = 0.5
+# Why a part is "no test", by cause (`Judgement.no_test`).
+IDENTICAL = "identical arms"
+NO_HEADROOM = "no headroom"
+NO_MECHANISM = "mechanism did not act"
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+    """A claim's mechanism gate: the claim is judged only where ``measure`` (of a record: a run) reaches ``minimum``
+    in the mean over the seeds, for the arm and for its baseline (the runs the comparison reads); ``label`` names the
+    measure as the pages print it, ``reason`` says where the minimum comes from."""
+
+    label: str
+    measure: Callable[[dict], float | None]
+    minimum: float
+    reason: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +142,7 @@ class Claim:
     exploratory: str = ""
     requires: str = ""
     margin: float | None = None  # non-inferiority: the arm is claimed not worse than the baseline by more than this
+    mechanism: Gate | None = None  # the claim needs its mechanism to act: judged only where the gate holds
 
     def __post_init__(self):
         if self.direction not in (1, -1):
@@ -163,6 +208,23 @@ class Judgement:
     t_low: float = float("nan")  # `crossed_t_interval`
     t_high: float = float("nan")
     degrees_of_freedom: float = float("nan")  # the crossed t interval's (Satterthwaite)
+    # at the effect to exclude (`power_at`): the paper's, else the stated smallest one; for non-inferiority, to show it
+    # at a true difference of 0 (`non_inferiority_power`)
+    power: float = float("nan")
+    interval_verdict: str = ""  # the verdict of the interval alone (the v3 rule): `verdict` before v4's words
+    no_test: str = ""  # why the verdict is no test (IDENTICAL, NO_HEADROOM, NO_MECHANISM + its numbers), else empty
+    headroom: float = float("nan")  # the share of cells where the baseline sits at the claimed bound
+
+    @property
+    def underpowered(self) -> bool:
+        """Power below `UNDERPOWERED` beside a verdict that did not find the effect (not reproduced, inconclusive):
+        a reproduced or reversed interval excluded 0, which is what power is the chance of."""
+        return self.verdict in ("not reproduced", "inconclusive") and self.power < UNDERPOWERED  # nan: False
+
+    @property
+    def measurably_below(self) -> bool:
+        """A non-inferiority claim whose interval excludes 0 below: the arm is measurably worse than the baseline."""
+        return self.claim.margin is not None and self.high < 0
 
 
 def paired_differences(arm: Mapping[int, Sequence[float]], baseline: Mapping[int, Sequence[float]]) -> np.ndarray:
@@ -261,6 +323,37 @@ def minimum_detectable_effect(
     ) * standard_error
 
 
+def power_at(effect: float, standard_error: float, degrees_of_freedom: float = math.inf, confidence: float = 0.95):
+    """The probability that a two-sided ``confidence`` interval excludes 0 when the true effect is ``effect``:
+    ``T_ν(|δ|/se − t_{1−α/2, ν}) + T_ν(−|δ|/se − t_{1−α/2, ν})``, the shifted central t that `minimum_detectable_effect`
+    inverts (at ``effect`` = MDE the first term is ``power``); nan without a standard error."""
+    if not standard_error > 0 or not math.isfinite(standard_error):
+        return float("nan")
+    z = abs(effect) / standard_error
+    quantile = student_t_quantile(1 - (1 - confidence) / 2, degrees_of_freedom)
+    return student_t_cdf(z - quantile, degrees_of_freedom) + student_t_cdf(-z - quantile, degrees_of_freedom)
+
+
+def non_inferiority_power(
+    margin: float, standard_error: float, degrees_of_freedom: float = math.inf, confidence: float = 0.95
+) -> float:
+    """The probability that a non-inferiority claim is reproduced (the interval's low end above ``−margin``) when the
+    arm truly equals its baseline: ``T_ν(m/se − t_{1−α/2, ν})``, the shifted t of `power_at` (one end only: the other
+    cannot reproduce it); nan without a standard error."""
+    if not standard_error > 0 or not math.isfinite(standard_error):
+        return float("nan")
+    quantile = student_t_quantile(1 - (1 - confidence) / 2, degrees_of_freedom)
+    return student_t_cdf(margin / standard_error - quantile, degrees_of_freedom)
+
+
+def headroom_share(arm, baseline, direction: int) -> float:
+    """The share of the seed × problem cells (the seeds both have) where the baseline sits at the bound the claim moves
+    towards: 1 for a claim that the arm is higher (``direction`` +1), 0 for lower. Values are pass rates in [0, 1]."""
+    seeds = sorted(set(arm) & set(baseline))
+    cells = np.concatenate([np.asarray(baseline[s], dtype=float) for s in seeds])
+    return float(np.mean(cells == (1.0 if direction == 1 else 0.0)))
+
+
 def decide(low: float, high: float, threshold: float) -> str:
     """The verdict of an interval ``[low, high]`` of an effect signed in the claimed direction (see the module)."""
     if not low <= high:
@@ -294,14 +387,31 @@ def judge(
     confidence: float = 0.95,
     num_resamples: int = 10_000,
     seed: int = 0,
+    headroom: bool = True,
 ) -> Judgement:
-    """The claim judged on per-seed, per-problem values of its metric (e.g. each problem's unbiased pass@k)."""
+    """The claim judged on per-seed, per-problem values of its metric (e.g. each problem's unbiased pass@k);
+    ``headroom``: apply the headroom rule (see the module)."""
     differences = claim.direction * paired_differences(arm, baseline)
     num_seeds, num_problems = differences.shape
+    at_bound = headroom_share(arm, baseline, claim.direction)
     if not np.any(differences):  # identical arms: no variation measured, nothing to judge
         zero = 0.0
         return Judgement(
-            claim, zero, zero, zero, float("nan"), num_seeds, num_problems, NO_TEST, zero, zero, zero, zero
+            claim,
+            zero,
+            zero,
+            zero,
+            float("nan"),
+            num_seeds,
+            num_problems,
+            NO_TEST,
+            zero,
+            zero,
+            zero,
+            zero,
+            interval_verdict=NO_TEST,
+            no_test=IDENTICAL,
+            headroom=at_bound,
         )
     means = crossed_bootstrap(differences, num_resamples=num_resamples, seed=seed)
     alpha = 1 - confidence
@@ -310,6 +420,16 @@ def judge(
     low, high = min(boot_low, t_low), max(boot_high, t_high)
     se = max(crossed_standard_error(differences)[0], float(means.std(ddof=1)))
     mde = minimum_detectable_effect(se, df, confidence)
+    interval_verdict = (
+        decide(low, high, claim.threshold) if claim.margin is None else decide_non_inferior(low, high, claim.margin)
+    )
+    verdict, no_test = interval_verdict, ""
+    if headroom and interval_verdict != "reproduced" and at_bound >= HEADROOM_SHARE:
+        verdict = NO_TEST
+        no_test = f"{NO_HEADROOM}: the baseline at pass = {1 if claim.direction == 1 else 0} on {100 * at_bound:.0f} %"
+        no_test += " of the seed × problem cells"
+    elif interval_verdict == "not reproduced" and claim.margin is None and high < 0:
+        verdict = REVERSED
     return Judgement(
         claim=claim,
         effect=float(differences.mean()),
@@ -318,16 +438,20 @@ def judge(
         minimum_detectable_effect=mde if math.isfinite(mde) else float("nan"),
         num_seeds=num_seeds,
         num_problems=num_problems,
-        verdict=(
-            decide(low, high, claim.threshold)
-            if claim.margin is None
-            else decide_non_inferior(low, high, claim.margin)
-        ),
+        verdict=verdict,
         bootstrap_low=boot_low,
         bootstrap_high=boot_high,
         t_low=t_low,
         t_high=t_high,
         degrees_of_freedom=df,
+        power=(
+            power_at(claim.threshold, se, df, confidence)
+            if claim.margin is None
+            else non_inferiority_power(claim.margin, se, df, confidence)
+        ),
+        interval_verdict=interval_verdict,
+        no_test=no_test,
+        headroom=at_bound,
     )
 
 

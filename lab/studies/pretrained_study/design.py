@@ -17,6 +17,7 @@ the MDE below every one but RLMO's.
 """
 
 from ..design import StudySizes
+from ..nsr_study import CLIP_TARGET, clipped_share
 from ..tasks import (
     REAL_MODEL,
     REAL_MODEL_DATASET,
@@ -24,7 +25,7 @@ from ..tasks import (
     REAL_MODEL_TASK,
     REAL_MODEL_TEMPERATURE,
 )
-from ..verdicts import Claim
+from ..verdicts import Claim, Gate
 
 
 # The model and its task, shared with the other studies that run on it (`lab.studies.tasks`): the
@@ -178,6 +179,16 @@ CLAIMS = [
         metric="pass@1",
         paper_effect=0.049,
         reason="the paper's smaller gain over DAPO (+4.9 pass@1 points at 7-8 B)",
+        # NSR rescues the tokens the clip cuts: with almost none cut there is nothing to rescue, and "not reproduced"
+        # would judge a rule that did not act. The NSR study's own regime requirement (its `CLIP_TARGET`), read on
+        # the share of all completion tokens the clip cut (TRL's ``clip_ratio/region_mean``: these runs log no
+        # off-policy diagnostics, so not the share over signal tokens on replayed steps the NSR study reads)
+        mechanism=Gate(
+            "the clipped share of completion tokens",
+            clipped_share,
+            CLIP_TARGET,
+            "the NSR study's own requirement before it judges NSR, its CLIP_TARGET",
+        ),
     ),
     Claim(
         "4. ACPO raises pass@1 over the fixed clip on the real model",
