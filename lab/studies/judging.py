@@ -364,8 +364,9 @@ def claims_table(parts: list[Part]) -> str:
             "problem cells (no headroom; an interval that excludes 0 stays reproduced), or where a claim's mechanism "
             "gate fails (below the table). MDE: the effect this design detects with 80 % power, (t_{0.975, ν} + "
             "t_{0.8, ν}) × the larger of the two standard errors. Power at the paper's effect δ, from the same standard "
-            "error se and ν: T_ν(|δ|/se − t_{0.975, ν}) + T_ν(−|δ|/se − t_{0.975, ν}) (at the stated effect where the "
-            "paper declares none; for a margin m, T_ν(m/se − t_{0.975, ν}) with the arms equal); **underpowered** beside a verdict that did not find the effect, below "
+            "error se and ν: T_ν(|δ|/se − t_{0.975, ν}) + T_ν(−|δ|/se − t_{0.975, ν}); where the claim declares no paper "
+            "effect, the power at its stated effect, marked \"(stated effect)\"; for a margin m, T_ν(m/se − "
+            "t_{0.975, ν}) with the arms equal. **underpowered** beside a verdict that did not find the effect, below "
             f"{100 * UNDERPOWERED:.0f} %."
         ),
     ]
@@ -373,14 +374,13 @@ def claims_table(parts: list[Part]) -> str:
 
 
 def power_text(j: Judgement) -> str:
-    """A part's power at the paper's effect (`verdicts.power_at`), or that there is none (with the power at the stated
-    smallest effect, where the claim states one)."""
+    """A part's power at the paper's effect (`verdicts.power_at`), or, where the claim declares none, at its stated
+    smallest effect (marked "(stated effect)")."""
     power = f"{100 * j.power:.0f} %" if j.power == j.power else "-"
     if j.claim.paper_effect is not None:
         return power
-    return "no paper effect declared" + (
-        f" ({power} at the stated effect)" if j.claim.margin is None else f" ({power} at the margin, arms equal)"
-    )
+    # short: the claims table is at its page's width; the note under it says what "stated" means
+    return f"{power} (stated effect)" if j.claim.margin is None else f"{power} (margin, arms equal)"
 
 
 def verdict_text(j: Judgement) -> str:

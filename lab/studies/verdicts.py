@@ -52,7 +52,7 @@ What the design could see (v4: a verdict says when the design could not have sho
   ``power = T_ν(|δ|/se − t_{0.975, ν}) + T_ν(−|δ|/se − t_{0.975, ν})`` (T_ν Student's t distribution, the shifted
   central t as the MDE uses it); a verdict that did not find the effect (not reproduced, inconclusive) whose power is
   below `UNDERPOWERED` reads "underpowered" beside it (a reproduced or reversed interval excluded 0 already). A
-  claim without a paper effect says "no paper effect declared" and gives the power at its stated smallest effect
+  claim without a paper effect gives the power at its stated smallest effect, marked "(stated effect)"
   (which "underpowered" then reads); a non-inferiority claim gives the power to show it when the arm truly equals
   its baseline, ``T_ν(m/se − t_{0.975, ν})`` (`non_inferiority_power`).
 

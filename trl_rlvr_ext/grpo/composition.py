@@ -135,13 +135,20 @@ def render_composition() -> str:
     names = [cls.name for cls in methods]
     refused = refused_pairs()
     conditional = {frozenset((r.first, r.second)): r.when_text for r in REFUSED if r.when is not None}
-    lines += ["", "## Matrix", "", "✓ composes, ✗ refused, ◐ refused in some settings.", ""]
-    lines.append("| | " + " | ".join(names) + " |")
+    lines += [
+        "",
+        "## Matrix",
+        "",
+        "✓ composes, ✗ refused, ◐ refused in some settings. Columns are numbered as the methods' table above.",
+        "",
+    ]
+    # numbered columns: the names side by side would be wider than the page
+    lines.append("| | " + " | ".join(str(k) for k in range(1, len(names) + 1)) + " |")
     lines.append("|---" * (len(names) + 1) + "|")
-    for a in names:
+    for k, a in enumerate(names, start=1):
         cells = []
         for b in names:
             pair = frozenset((a, b))
             cells.append("·" if a == b else "✗" if pair in refused else "◐" if pair in conditional else "✓")
-        lines.append(f"| **{a}** | " + " | ".join(cells) + " |")
+        lines.append(f"| **{k} {a}** | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
