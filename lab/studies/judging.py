@@ -365,7 +365,7 @@ def claims_table(parts: list[Part]) -> str:
             "gate fails (below the table). MDE: the effect this design detects with 80 % power, (t_{0.975, ν} + "
             "t_{0.8, ν}) × the larger of the two standard errors. Power at the paper's effect δ, from the same standard "
             "error se and ν: T_ν(|δ|/se − t_{0.975, ν}) + T_ν(−|δ|/se − t_{0.975, ν}); where the claim declares no paper "
-            "effect, the power at its stated effect, marked \"(stated effect)\"; for a margin m, T_ν(m/se − "
+            'effect, the power at its stated effect, marked "(stated effect)"; for a margin m, T_ν(m/se − '
             "t_{0.975, ν}) with the arms equal. **underpowered** beside a verdict that did not find the effect, below "
             f"{100 * UNDERPOWERED:.0f} %."
         ),
