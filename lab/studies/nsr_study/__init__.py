@@ -41,7 +41,8 @@ reward and entropy, the largest gradient norm and the collapse rule of `collapse
 import dataclasses
 import math
 
-from ..design import Arm, Column, Setting, Study, StudySizes, log_column, train_log_series
+from ..clipping import CLIP_TARGET, _finite, _two_sided_share, clipped_share
+from ..design import Arm, Column, Setting, Study, StudySizes, log_column
 from ..tasks import shared_tasks
 from ..verdicts import Claim
 
@@ -175,7 +176,6 @@ COMPACT_COMMANDS = tuple(
 # on replayed steps (`signal_clipped_share`) and did not collapse (`collapsed`). Training metrics only: the choice
 # reads no held-out problem. The chosen regime then runs NSR's arms on fresh seeds (`CONFIRM_SEEDS`) on the test
 # problems; NSR's claims (`CLAIMS`) are judged there as everywhere. Declared here before any of these runs.
-CLIP_TARGET = 0.05
 CALIBRATION_SEED = 100
 CLIP_CANDIDATES = {
     "updates32": Setting(
@@ -281,25 +281,6 @@ COLLAPSE_REWARD_FRACTION = 0.5
 COLLAPSE_ENTROPY = 0.01
 
 
-def _finite(result: dict, key: str) -> list[float]:
-    return [v for _, v in train_log_series(result, key) if v is not None and not math.isnan(v)]
-
-
-def _two_sided_share(result: dict, low_key: str, high_key: str) -> float | None:
-    """Mean over logged steps of the low side's share plus the high side's (``None`` where neither is logged). The
-    trainer logs both sides at the same steps; a record where they differ is malformed, and is refused, not read."""
-    low, high = _finite(result, low_key), _finite(result, high_key)
-    if not low and not high:
-        return None
-    if len(low) != len(high):
-        raise ValueError(
-            f"The record ({result.get('task')}, {result.get('arm')}, seed {result.get('seed')}) logs {low_key} and "
-            f"{high_key} at different steps ({len(low)} vs {len(high)} values); re-export it from its run's "
-            "result.json."
-        )
-    return sum(a + b for a, b in zip(low, high)) / len(low)
-
-
 def collapsed(result: dict) -> float | None:
     """1.0 if the run collapsed (see ``COLLAPSE_*``: last reward < half the first, or last entropy < 0.01), else 0.0;
     ``None`` without a training log (the mean over seeds is then the share of seeds that collapsed)."""
@@ -309,21 +290,6 @@ def collapsed(result: dict) -> float | None:
     reward_fell = bool(rewards) and rewards[-1] < COLLAPSE_REWARD_FRACTION * rewards[0]
     entropy_gone = bool(entropies) and entropies[-1] < COLLAPSE_ENTROPY
     return float(reward_fell or entropy_gone)
-
-
-def clipped_share(result: dict) -> float | None:
-    """Mean share of completion tokens the clip cut off, under the bounds the run trained with: for ACPO arms the sum
-    of ``adaptive_clip/clip_ratio_low`` and ``_high`` (its per-token bounds; TRL's ``clip_ratio/*`` keep measuring
-    against the fixed ε there), for the other hard-clip losses TRL's ``clip_ratio/region_mean``, and for CISPO its
-    ``cispo_clip_ratio`` (IS weight capped at ε_max). ``None`` for SAPO, which has no hard clip."""
-    acpo = _two_sided_share(result, "adaptive_clip/clip_ratio_low", "adaptive_clip/clip_ratio_high")
-    if acpo is not None:
-        return acpo
-    for key in ("clip_ratio/region_mean", "cispo_clip_ratio"):
-        values = _finite(result, key)
-        if values:
-            return sum(values) / len(values)
-    return None
 
 
 def signal_clipped_share(result: dict) -> float | None:

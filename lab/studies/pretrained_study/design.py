@@ -16,8 +16,8 @@ with 16 and 0.021 with 32 (`pilot_mde`; the page renders them from the pilot's r
 the MDE below every one but RLMO's.
 """
 
+from ..clipping import CLIP_TARGET, clipped_share
 from ..design import StudySizes
-from ..nsr_study import CLIP_TARGET, clipped_share
 from ..tasks import (
     REAL_MODEL,
     REAL_MODEL_DATASET,
