@@ -94,3 +94,20 @@ def mean_sd(values, digits: int = 3, *, signed: bool = False, keep_nan: bool = F
     if len(kept) == 1 or any(math.isnan(v) for v in kept):  # the sd of one value, or of a NaN, is not a number
         return mean
     return f"{mean} ± {statistics.stdev(kept):.{digits}f}"
+
+
+def fill_pages(texts: dict[str, str], blocks: dict[str, str]) -> dict[str, str]:
+    """`fill` over a page and its detail pages (``texts``: path -> text): each block goes to the one file whose marker
+    places it; every block must be placed in exactly one of them (a block moved to a detail page is then found
+    there, and one that no file places, or two do, is refused)."""
+    placed: dict[str, str] = {}
+    for path, text in texts.items():
+        for block_id in BLOCK_IDS.findall(text):
+            if placed.setdefault(block_id, path) != path:
+                raise ValueError(f"{path}: block {block_id!r} is placed in {placed[block_id]} too; place it once.")
+    unplaced = sorted(set(blocks) - set(placed))
+    if unplaced:
+        raise ValueError(f"{', '.join(texts)}: place these rendered blocks: {unplaced}.")
+    return {
+        path: fill(text, {b: blocks[b] for b in blocks if placed[b] == path}, path) for path, text in texts.items()
+    }
