@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.studies.markdown import RENDERED_BLOCK
 from lab.studies.prose import canonical, numbers_in, prose_of, rendered_numbers, unbacked_numbers
 
 
@@ -32,23 +33,50 @@ KINDS = {
 }
 # Per page: the numbers its prose states without a record, by kind (space-separated, as the prose writes them).
 DECLARED = {
-    "index.md": {
+    "index.md": {"reference": "2021"},
+    "rule.md": {
         "setting": "1e-4 2e-4 3e-4 3e-5 5e-5 6e-4 30",
         "bound": "85 93 99.5",
         "rule": "0.8 0.975 80",
         "paper": "+4.9 30 0.66 135",
-        "reference": "2021",
     },
-    "is_dpo.md": {"setting": "199", "reference": "135"},
+    "is_dpo.md": {"reference": "135"},
+    "is_dpo/dense.md": {"setting": "199"},
     "lora_init.md": {"setting": "199 5e-6 60 8", "paper": "1.5"},
-    "nsr.md": {"setting": "199 256 3000"},
+    "nsr.md": {"setting": "256"},
+    "nsr/results.md": {"setting": "199 3000"},
     "pretrained.md": {"reference": "135"},
-    "self.md": {"setting": "199 3000 5e-5"},
+    "self.md": {"setting": "5e-5"},
+    "self/bases.md": {"setting": "199"},
+    "self/results.md": {"setting": "3000 5e-5"},
 }
 
 
 def _pages():
-    return sorted(p.name for p in EVIDENCE.glob("*.md") if p.name not in GENERATED)
+    """Every evidence page, its detail pages (``nsr/results.md``) included."""
+    return sorted(str(p.relative_to(EVIDENCE)) for p in EVIDENCE.rglob("*.md") if p.name not in GENERATED)
+
+
+# Pages that are one document in several files: the index and the rule below it; a study's page and its detail pages
+# (``nsr.md`` and ``nsr/*.md``) are found by their names.
+_TOGETHER = (("index.md", "rule.md"),)
+
+
+def _siblings(page: str) -> list[str]:
+    """The other files of ``page``'s document: a number or a verdict a sibling's rendered blocks print backs the
+    page's prose as it did before the document was split (its blocks moved, not its records)."""
+    for group in _TOGETHER:
+        if page in group:
+            return [p for p in group if p != page]
+    study = page.split("/", 1)[0].removesuffix(".md")
+    return [p for p in _pages() if p != page and (p == f"{study}.md" or p.startswith(f"{study}/"))]
+
+
+def _text(page: str) -> str:
+    """The page's text, with its siblings' rendered blocks (and nothing of their prose) after it: line numbers stay
+    the page's own."""
+    blocks = [m.group(0) for p in _siblings(page) for m in RENDERED_BLOCK.finditer((EVIDENCE / p).read_text())]
+    return "\n\n".join([(EVIDENCE / page).read_text(), *blocks])
 
 
 def _declared(page: str) -> dict[str, str]:
@@ -57,7 +85,7 @@ def _declared(page: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("page", _pages())
 def test_every_number_in_the_prose_is_rendered_or_declared(page):
-    unbacked = unbacked_numbers((EVIDENCE / page).read_text(), _declared(page))
+    unbacked = unbacked_numbers(_text(page), _declared(page))
     assert not unbacked, (
         f"docs/evidence/{page}: numbers stated in prose that no rendered block of the page prints. Render them from "
         "the records, cite the block that has them, or remove them; declare one in tests/test_evidence_prose.py "
@@ -69,7 +97,7 @@ def test_every_number_in_the_prose_is_rendered_or_declared(page):
 def test_declared_numbers_are_used_and_checked_against_their_source():
     sources = {}
     for page in DECLARED:
-        text = (EVIDENCE / page).read_text()
+        text = _text(page)
         in_prose, rendered = numbers_in(prose_of(text)), rendered_numbers(text)
         for number, kind in _declared(page).items():
             # a declaration the page no longer needs (the number left the prose, or a block now prints it) goes
@@ -154,7 +182,7 @@ def test_a_sentence_the_table_backs_passes(prose):
 def test_no_sentence_contradicts_its_page_table(page):
     from lab.studies.prose import contradicted_sentences
 
-    wrong = contradicted_sentences((EVIDENCE / page).read_text())
+    wrong = contradicted_sentences(_text(page))
     assert not wrong, f"docs/evidence/{page}: sentences the page's tables contradict:\n" + "\n".join(
         f"  line {line}: {why}: {sentence[:160]!r}" for line, sentence, why in wrong
     )

@@ -208,18 +208,22 @@ def test_page_says_what_is_left(tmp_path):
     assert "| a. LoRA initialisers | `lora` | 10, 11 | 12, 13, 14 |" in block
 
 
-def test_method_summary_before_and_while_the_runs_are_pending():
+def test_method_box_before_and_while_the_runs_are_pending():
     from lab.studies.pages import MethodSummary
-    from lab.studies.verdict_index import method_summary
+    from lab.studies.verdict_index import method_box
 
     summary = MethodSummary("docs/methods/x.md", "s")
-    assert method_summary([], summary).startswith("No runs yet")
+    pages = {"s": SimpleNamespace(title="S page", path="docs/evidence/s.md")}
+    assert (
+        method_box({"s": []}, [summary], pages)
+        == "- [S page](../evidence/s.md): no runs yet (the claims are declared and wait for their runs)."
+    )
     study = SimpleNamespace(
         tasks={"t": None}, arms={}, claims=[Claim("c", "rlpo", "lora", "pass@1", smallest_effect=0.02)]
     )
     parts = judge_parts("s", study, PageSetting("main", "m", (), seeds=(1, 2, 3)), _records([1, 2]))
-    text = method_summary(parts, summary)
-    assert text.startswith("Not judged yet") and "- c:" in text and "pending: 2 of 3 declared seeds" in text
+    text = method_box({"s": parts}, [summary], pages)
+    assert text == "- [S page](../evidence/s.md), not judged yet: c: **not judged (pending: 2 of 3 declared seeds)**"
 
 
 def test_records_restore_finished_runs_so_a_fresh_clone_resumes(tmp_path, capsys):

@@ -178,14 +178,24 @@ def test_study_report_cli_checks_without_writing(tmp_path, capsys):
     from lab.scripts.study import cli_main
 
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
-    page = tmp_path / PAGES["nsr"].path
+    # a detail page (the per-setting tables) and the forest plot are checked like the page itself
+    detail, figure = "docs/evidence/nsr/results.md", tmp_path / "docs/evidence/nsr/forest.svg"
+    assert detail in PAGES["nsr"].details
+    page = tmp_path / detail
     page.write_text(page.read_text().replace("| none | 0,1,2 |", "| none | 0,1 |", 1))
+    svg = figure.read_text()
+    figure.write_text(svg.replace("</svg>", "<!-- edited --></svg>"))
     argv = ["report", "nsr", "--root", str(tmp_path)]
     assert cli_main([*argv, "--check"]) == 1
-    assert "differs from its records: docs/evidence/nsr.md" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert (
+        f"differs from its records: {detail}" in out
+        and "differs from its records: docs/evidence/nsr/forest.svg" in out
+    )
     assert "| none | 0,1 |" in page.read_text()  # --check wrote nothing
     assert cli_main(argv) == 0
-    assert "rendered: docs/evidence/nsr.md" in capsys.readouterr().out
+    assert f"rendered: {detail}" in capsys.readouterr().out
+    assert figure.read_text() == svg
     assert "| none | 0,1 |" not in page.read_text() and "| none | 0,1,2 |" in page.read_text()
 
 
@@ -391,7 +401,7 @@ def test_comparisons_leave_out_the_near_duplicates_of_train_problems(tmp_path, m
 
     flags = (True, False) * 10
     monkeypatch.setattr(judging, "_near_duplicate_flags", lambda dataset, start, stop: flags[start:stop])
-    monkeypatch.setattr(report, "splits_block", lambda settings_records: "")  # no real dataset behind the name
+    monkeypatch.setattr(report, "splits_blocks", lambda settings_records: {})  # no real dataset behind the name
     dataset = "reasoning_gym:x"
     records = [
         _record(arm, s, counts, sizes=NSR_SIZES, dataset=dataset)

@@ -139,18 +139,17 @@ def export_main(argv: list[str]) -> int:
 def report_main(argv: list[str]) -> int:
     from pathlib import Path
 
-    from ..studies.report import PAGES, render_pages
+    from ..studies.report import PAGES, render_pages, stale_pages
 
     args = make_report_parser().parse_args(argv)
     names = list(PAGES) if "all" in args.names else list(dict.fromkeys(args.names))
     root = Path(args.root)
-    stale = []
-    for path, text in render_pages(root, names).items():
-        if (root / path).read_text() == text:
-            continue
-        stale.append(path)
-        if not args.check:
-            (root / path).write_text(text)
+    rendered = render_pages(root, names)
+    stale = stale_pages(root, names, rendered)
+    if not args.check:
+        for path in stale:  # a figure's folder may not exist yet
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(rendered[path])
     for path in stale:
         print(f"{'differs from its records' if args.check else 'rendered'}: {path}")
     if args.check and stale:

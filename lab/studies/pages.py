@@ -94,6 +94,14 @@ class Page:
     # the method a claim is about, by the claim's name, where its arm does not say it: a claim about a method's
     # premise compares two arms that are not the method's (SELF's "GRPO lowers pass@k below the base")
     method_of_claim: dict = dataclasses.field(default_factory=dict)
+    # the pages below the page (per setting and task tables, held-out composition): paths of ``docs/evidence/``; each
+    # of the study's rendered blocks is placed in exactly one of the page and these (`markdown.fill_pages`)
+    details: tuple[str, ...] = ()
+    # the held-out composition as one block per task (``<study>:splits:<task>``), so that the tasks can sit on
+    # different detail pages (a page stays under its size limit, tests/test_evidence_sizes.py)
+    splits_by_task: bool = False
+    # the page's short title, for the index and the method pages' evidence boxes ("NSR where the clip binds")
+    title: str = ""
 
 
 def first_logged(key: str) -> Callable[[dict], float | None]:
@@ -326,10 +334,11 @@ def _split_composition(dataset: str, eval_problems: int) -> dict:
     return split_composition(dataset, eval_problems)
 
 
-def splits_block(settings_records: dict[str, list[dict]]) -> str:
+def splits_blocks(settings_records: dict[str, list[dict]]) -> dict[str, str]:
     """What each reasoning-gym task's splits hold (`composition_markdown`: strata per split, the problems the
     held-out draw dropped, the near duplicates left in the evaluated problems) and, for a task with several strata,
-    Pass@k per stratum of every trained run of each setting (`stratum_table_markdown`)."""
+    Pass@k per stratum of every trained run of each setting (`stratum_table_markdown`); by task (a task evaluated
+    on two datasets: both, in order), or the one note ``{"": ...}`` where no task is a reasoning-gym one."""
     from trl_rlvr_ext.tasks.reasoning_gym import composition_markdown
 
     from .strata import stratum_table_markdown
@@ -342,10 +351,12 @@ def splits_block(settings_records: dict[str, list[dict]]) -> str:
                 key = (r["task"], r["dataset"], len(r["num_correct"]))
                 datasets.setdefault(key, {}).setdefault(setting, []).append(r)
     if not datasets:
-        return "No reasoning-gym task here: the toy's splits are a hash split of its problem space (docs/toy.md)."
-    lines = []
+        return {
+            "": "No reasoning-gym task here: the toy's splits are a hash split of its problem space (docs/toy.md)."
+        }
+    blocks = {}
     for (task, dataset, eval_problems), by_setting in datasets.items():
-        lines += [f"**{task}** (`{dataset}`, the first {eval_problems} held-out problems evaluated):", ""]
+        lines = [f"**{task}** (`{dataset}`, the first {eval_problems} held-out problems evaluated):", ""]
         composition = _split_composition(dataset, eval_problems)
         lines += [composition_markdown(composition).rstrip("\n"), ""]
         eval_strata = composition["eval_strata"]
@@ -353,4 +364,6 @@ def splits_block(settings_records: dict[str, list[dict]]) -> str:
             for setting, records in by_setting.items():
                 lines += [f"Pass@k per stratum, setting `{setting}`:", ""]
                 lines += [stratum_table_markdown(records, eval_strata).rstrip("\n"), ""]
-    return "\n".join(lines).rstrip("\n")
+        text = "\n".join(lines).rstrip("\n")  # a task evaluated on two datasets: both, in order
+        blocks[task] = f"{blocks[task]}\n\n{text}" if task in blocks else text
+    return blocks

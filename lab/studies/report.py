@@ -13,14 +13,18 @@ kept, so a block can sit inside an admonition): per task and setting the Pass@k 
 arm of the records, the trivial-policy baselines of ``docs/evidence/data/trivial.jsonl`` where that file exists) and
 the per-seed rows; per study the claims (`Study.claims`), each judged on every task and setting where both arms ran by
 `lab.studies.verdicts.judge` (paired per-problem pass@k, crossed bootstrap and t over seeds and problems with a
-fixed seed, so the output is deterministic), and the commands and wall times; the index's verdict table; and the
-evidence summary of each method page. This module only assembles: the pages are declared in each study's package (``<study>/pages.py``, found through
-`lab.studies.registry`), the tables in `pages`, the claims in `judging`, the Markdown in `markdown`, the
-statistics and the rule in `verdicts`, the runs in `runner`.
+fixed seed, so the output is deterministic), and the commands and wall times; the index's verdict tables; and the
+evidence box of each method page. A study's page opens with its verdicts at a glance (`glance`: a table and a forest
+plot, an SVG written beside the page and checked like it); its per-setting tables may sit on detail pages
+(``Page.details``), each block on exactly one of them (`markdown.fill_pages`). This module only assembles: the pages
+are declared in each study's package (``<study>/pages.py``, found through `lab.studies.registry`), the tables in
+`pages`, the claims in `judging`, the Markdown in `markdown`, the statistics and the rule in `verdicts`, the runs in
+`runner`.
 """
 
 from pathlib import Path
 
+from .glance import forest_path, forest_svg, glance_table
 from .judging import (  # noqa: F401  (the page engine's names, re-exported where the report's users read them)
     Part,
     apply_requirements,
@@ -30,7 +34,7 @@ from .judging import (  # noqa: F401  (the page engine's names, re-exported wher
     judged_problems,
     judged_records,
 )
-from .markdown import BLOCK_IDS, fill, seed_ranges  # noqa: F401
+from .markdown import BLOCK_IDS, fill, fill_pages, seed_ranges  # noqa: F401
 from .pages import (  # noqa: F401
     BOOTSTRAP_SEED,
     KS,
@@ -48,14 +52,15 @@ from .pages import (  # noqa: F401
     per_problem,
     seeds_table,
     setting_records,
-    splits_block,
+    splits_blocks,
 )
 from .registry import get_pages, get_study
 from .verdict_index import (  # noqa: F401
     design_rule_changes,
     group_verdict,
+    index_glance,
     index_table,
-    method_summary,
+    method_box,
     rule_changes,
 )
 
@@ -63,6 +68,8 @@ from .verdict_index import (  # noqa: F401
 # Every study's page, by study name (`lab.studies.registry`).
 PAGES = get_pages()
 INDEX = "docs/evidence/index.md"
+# The verdict rule, its history and every part's summary: below the index, on a page of its own.
+RULE = "docs/evidence/rule.md"
 # Every method page that summarises a study's claims.
 METHOD_SUMMARIES = tuple(summary for page in PAGES.values() for summary in page.method_summaries)
 
@@ -92,8 +99,14 @@ def render_study(name: str, root: Path) -> tuple[dict[str, str], list[Part]]:
         for suffix, text in page.page_blocks(page, all_records, root).items():
             blocks[f"{name}:{suffix}"] = text
     blocks[f"{name}:claims"] = claims_table(parts)
+    figure = Path(forest_path(page.path)).relative_to(Path(page.path).parent).as_posix()
+    blocks[f"{name}:glance"] = glance_table(parts, figure, f"python -m lab study report {name}")
     blocks[f"{name}:commands"] = commands_block(by_setting)
-    blocks[f"{name}:splits"] = splits_block(by_setting)
+    splits = splits_blocks(by_setting)  # by task ("" for the note of a page without a reasoning-gym task)
+    if page.splits_by_task:
+        blocks.update({f"{name}:splits" + (f":{task}" if task else ""): text for task, text in splits.items()})
+    else:
+        blocks[f"{name}:splits"] = "\n\n".join(splits.values())
     return blocks, parts
 
 
@@ -112,24 +125,32 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
         # the index repeats the SELF page's mechanism verdicts (judged by prediction, not a paired claim)
         index_blocks.update({f"index:{k.split(':', 1)[1]}": v for k, v in blocks.items() if k == f"{name}:mechanisms"})
         if name in names:
-            out[page.path] = fill((root / page.path).read_text(), blocks, page.path)
+            out.update(fill_pages({path: (root / path).read_text() for path in (page.path, *page.details)}, blocks))
+            out[forest_path(page.path)] = forest_svg(parts, f"{page.title or page.label}: every claim part")
+    index_blocks["index:glance"] = index_glance(all_parts, PAGES)
     index_blocks["index:verdicts"] = index_table(all_parts, PAGES)
     index_blocks["index:rule_changes"] = rule_changes(all_parts, PAGES)
     index_blocks["index:design_rule_changes"] = design_rule_changes(all_parts, PAGES)
-    out[INDEX] = fill((root / INDEX).read_text(), index_blocks, INDEX)
+    out.update(fill_pages({path: (root / path).read_text() for path in (INDEX, RULE)}, index_blocks))
     # a method page may summarise several studies (the toy's and the real model's): its blocks are filled together
-    by_path: dict[str, dict[str, str]] = {}
+    by_path: dict[str, list[MethodSummary]] = {}
     for summary in METHOD_SUMMARIES:
-        by_path.setdefault(summary.path, {})[f"evidence:{summary.study}"] = method_summary(
-            all_parts[summary.study], summary
-        )
-    for path, blocks in by_path.items():
-        if any(summary.study in names for summary in METHOD_SUMMARIES if summary.path == path):
-            out[path] = fill((root / path).read_text(), blocks, path)
+        by_path.setdefault(summary.path, []).append(summary)
+    for path, summaries in by_path.items():
+        if any(summary.study in names for summary in summaries):
+            box = method_box(all_parts, summaries, PAGES)
+            out[path] = fill((root / path).read_text(), {"evidence": box}, path)
     return out
 
 
-def stale_pages(root: str | Path = ".", names: list[str] | None = None) -> list[str]:
-    """The pages whose committed text differs from what their records render."""
+def stale_pages(root: str | Path = ".", names: list[str] | None = None, rendered: dict | None = None) -> list[str]:
+    """The pages and figures whose committed text differs from what their records render (``rendered``: what
+    `render_pages` gave, where the caller has it already)."""
     root = Path(root)
-    return [path for path, text in render_pages(root, names).items() if (root / path).read_text() != text]
+    rendered = render_pages(root, names) if rendered is None else rendered
+    return [path for path, text in rendered.items() if _committed(root / path) != text]
+
+
+def _committed(path: Path) -> str | None:
+    """A rendered file's committed text, ``None`` where it is not there yet (a figure before its first render)."""
+    return path.read_text() if path.is_file() else None

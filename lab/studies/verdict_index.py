@@ -114,6 +114,21 @@ def index_table(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -
     return "\n".join(lines)
 
 
+def index_glance(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -> str:
+    """The index's first screen: every study's claims, one row each, with the verdict of the rule and its page (the
+    parts, their intervals and power are on the page, at its top, and in the rule page's table)."""
+    lines = [row(["method", "claim", "verdict (the rule)", "evidence"]), "|---|---|---|---|"]
+    for study_name, parts in parts_by_study.items():
+        page = pages[study_name]
+        link = f"[{page.title or study_name}]({Path(page.path).name})"
+        for group, members in claim_groups(parts).items():
+            method = page.method_of_claim.get(members[0].claim.name) or page.method_of_arm.get(
+                members[0].claim.arm, page.label
+            )
+            lines.append(row([method, group, group_verdict(members), link]))
+    return "\n".join(lines)
+
+
 def rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -> str:
     """The claims whose verdict under the crossed rule (v3: the interval alone) differs from the one the rule before it
     gave (each page's ``previous_verdicts``), as a list: the claim, its page, the verdict before and then (rendered,
@@ -150,17 +165,26 @@ def design_rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, 
     return "\n".join(lines) if lines else "- none"
 
 
-def method_summary(parts: list[Part], summary: MethodSummary) -> str:
-    groups = claim_groups([p for p in parts if summary.select(p.claim)])
-    if not groups:
-        return "No runs yet: the claims are declared and wait for their runs (the evidence page lists what is left)."
-    seeds = sorted({p.judgement.num_seeds for members in groups.values() for p in members if p.judgement})
-    header = (
-        f"Verdicts of the rule, at {' or '.join(map(str, seeds))} seeds and this scale (the intervals, the minimum "
-        "detectable effects and the caveats are on the evidence page):"
-        if seeds
-        else "Not judged yet (the evidence page says how far the runs have got):"
-    )
-    lines = [header, ""]
-    lines += [f"- {group}: {group_verdict(members)}" for group, members in groups.items()]
+def claim_id(group: str) -> str:
+    """A claim's short name for a one-line summary: its number where it has one ("1a. GRPO lowers ..." -> "claim 1a"), else
+    the whole name."""
+    head, _, rest = group.partition(". ")
+    return f"claim {head}" if rest and head[:1].isdigit() else group
+
+
+def method_box(parts_by_study: dict[str, list[Part]], summaries: list[MethodSummary], pages: dict[str, Page]) -> str:
+    """A method page's evidence box: one line per study that judges the method, each claim by its number and its
+    verdict, and the link to the page that has the intervals and the power."""
+    lines = []
+    for summary in summaries:
+        page = pages[summary.study]
+        groups = claim_groups([p for p in parts_by_study[summary.study] if summary.select(p.claim)])
+        seeds = sorted({p.judgement.num_seeds for members in groups.values() for p in members if p.judgement})
+        where = f"[{page.title or summary.study}](../evidence/{Path(page.path).name})"
+        if not groups:
+            lines.append(f"- {where}: no runs yet (the claims are declared and wait for their runs).")
+            continue
+        at = f", {' or '.join(map(str, seeds))} seeds" if seeds else ", not judged yet"
+        verdicts = " · ".join(f"{claim_id(group)}: {group_verdict(members)}" for group, members in groups.items())
+        lines.append(f"- {where}{at}: {verdicts}")
     return "\n".join(lines)

@@ -209,4 +209,6 @@ PAGE = Page(
     extra_blocks=is_dpo_blocks,
     method_summaries=(MethodSummary("docs/methods/is_dpo.md", "is_dpo"),),
     previous_verdicts=PREVIOUS_VERDICTS,
+    details=("docs/evidence/is_dpo/dense.md", "docs/evidence/is_dpo/validated.md"),
+    title="IS-DPO at low β",
 )

@@ -66,4 +66,5 @@ PAGE = Page(
     extra_blocks=stability_block,
     method_summaries=(MethodSummary("docs/methods/lora_init.md", "lora_init"),),
     previous_verdicts=PREVIOUS_VERDICTS,
+    title="LoRA initialisers in GRPO",
 )

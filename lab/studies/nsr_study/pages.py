@@ -205,4 +205,12 @@ PAGE = Page(
     ),
     previous_verdicts=PREVIOUS_VERDICTS,
     method_of_arm=METHOD_OF_ARM,
+    details=(
+        "docs/evidence/nsr/results.md",
+        "docs/evidence/nsr/acpo.md",
+        "docs/evidence/nsr/heldout.md",
+        "docs/evidence/nsr/heldout_compact.md",
+    ),
+    splits_by_task=True,
+    title="NSR, ACPO and DelTA where the clip binds",
 )

@@ -269,4 +269,5 @@ PAGE = Page(
     },
     # group b's premises (the base above the trivial policy, GRPO below the base) are SELF's claims too
     method_of_claim=dict.fromkeys((c.name for c in SELF_CLAIMS), "SELF"),
+    title="The seed claims on the real model",
 )

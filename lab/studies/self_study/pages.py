@@ -263,4 +263,6 @@ PAGE = Page(
         MethodSummary("docs/methods/pass_rate_curation.md", "self", lambda c: "pass_rate" in (c.arm, c.baseline)),
     ),
     previous_verdicts=PREVIOUS_VERDICTS,
+    details=("docs/evidence/self/results.md", "docs/evidence/self/bases.md"),
+    title="SELF and the boundary paradox",
 )
