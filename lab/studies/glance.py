@@ -22,7 +22,7 @@ VERDICT_COLOURS = {
 }
 NOT_JUDGED_COLOUR = "#999999"
 # Layout, in px: label column, plot column, verdict column, one row per part.
-LABEL_WIDTH, PLOT_WIDTH, VERDICT_WIDTH, ROW_HEIGHT, TOP, BOTTOM = 430, 360, 250, 20, 40, 46
+LABEL_WIDTH, PLOT_WIDTH, VERDICT_WIDTH, ROW_HEIGHT, TOP, BOTTOM = 430, 360, 300, 20, 40, 46
 MAX_LABEL = 68  # characters of a row's label; longer ones are cut with "…" (the table above has them whole)
 
 
@@ -81,6 +81,12 @@ def _num(value: float) -> str:
     return "0.0" if text == "-0.0" else text
 
 
+def _shown(value: float) -> float:
+    """A value as the tables print it (3 decimals): the figure draws the table's numbers, so it is as deterministic as
+    the table's text (a last-bit difference of a bootstrap on another CPU cannot move a coordinate)."""
+    return round(value, 3)
+
+
 def _ticks(low: float, high: float) -> list[float]:
     """Round tick values across ``[low, high]``: 4 to 8 of them, at a step of 1, 2 or 5 times a power of ten."""
     span = high - low
@@ -102,7 +108,7 @@ def forest_svg(parts: list[Part], title: str) -> str:
     values = [0.0]
     for p in parts:
         if p.judgement is not None:
-            values += [p.judgement.low, p.judgement.high]
+            values += [_shown(p.judgement.low), _shown(p.judgement.high)]
         values.append(_paper_marker(p))
     low, high = min(values), max(values)
     pad = 0.05 * (high - low or 1.0)
@@ -139,7 +145,7 @@ def forest_svg(parts: list[Part], title: str) -> str:
         out.append(f'<text x="4" y="{_num(y + 4)}">{escape(label)}</text>')
         j = p.judgement
         if j is not None and j.no_test != IDENTICAL:
-            x1, x2, xe = (_num(_x(v, low, high)) for v in (j.low, j.high, j.effect))
+            x1, x2, xe = (_num(_x(_shown(v), low, high)) for v in (j.low, j.high, j.effect))
             out += [
                 f'<line x1="{x1}" y1="{_num(y)}" x2="{x2}" y2="{_num(y)}" stroke="{colour}" stroke-width="3"/>',
                 f'<circle cx="{xe}" cy="{_num(y)}" r="4" fill="{colour}"/>',
