@@ -316,7 +316,7 @@ def claims_table(parts: list[Part]) -> str:
                 "Held-out problems that are a reordering of a train problem (near duplicates: the same multiset of "
                 "signed terms or of numbers, `trl_rlvr_ext.tasks.reasoning_gym.near_duplicate_key`) are left out of "
                 f"every comparison, so the problems column counts the rest; left out: {counts} (see Held-out "
-                "composition). The Pass@k tables above average over every evaluated problem."
+                "composition). The Pass@k tables average over every evaluated problem."
             ),
         ]
     notes = {}
