@@ -101,15 +101,19 @@ def make_report_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m lab study report",
         description="Render the evidence pages from their JSONL records: Pass@k tables (mean ± sd), per-seed rows, "
-        "each claim's paired effect with its 95 % hierarchical-bootstrap interval, the minimum detectable effect and "
+        "each claim's paired effect with its 95 % interval (crossed bootstrap and t), the minimum detectable effect and "
         "the verdict of the rule, commands and wall times. Rewrites the blocks between '<!-- rendered: ... -->' "
-        "markers of docs/evidence/<name>.md, the index and the method pages' summaries; prose outside is kept.",
+        "markers of docs/evidence/<name>.md and its detail pages (docs/evidence/<name>/*.md), the index, the rule "
+        "page and the method pages' evidence boxes (prose outside is kept), and writes each page's forest plot "
+        "(docs/evidence/<name>/forest.svg).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("names", nargs="+", choices=[*sorted(PAGES), "all"], help="The studies whose pages to render.")
     parser.add_argument("--root", default=".", help="The repository root (holds docs/).")
     parser.add_argument(
-        "--check", action="store_true", help="Write nothing; exit 1 if a page differs from what its records render."
+        "--check",
+        action="store_true",
+        help="Write nothing; exit 1 if a page or a figure differs from what its records render.",
     )
     return parser
 
