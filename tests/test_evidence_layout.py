@@ -1,5 +1,5 @@
-"""The evidence a reader takes in at a glance: every study's page opens with its verdicts (the table and the forest plot
-of `lab.studies.glance`) before any design or rule text; the index's first block is every method's verdicts; no
+"""The evidence a reader takes in at a glance: every study's page opens with its verdicts (the table and the forest
+plot of `lab.studies.glance`) before any design or rule text; the index's first block is every method's verdicts; no
 evidence page is over 60 KB, the index is under 25 KB, and each method page's evidence box is at most 10 lines. The
 figures themselves are checked against their records with the pages (tests/test_study_report.py)."""
 

@@ -101,8 +101,8 @@ def make_report_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m lab study report",
         description="Render the evidence pages from their JSONL records: Pass@k tables (mean ± sd), per-seed rows, "
-        "each claim's paired effect with its 95 % interval (crossed bootstrap and t), the minimum detectable effect and "
-        "the verdict of the rule, commands and wall times. Rewrites the blocks between '<!-- rendered: ... -->' "
+        "each claim's paired effect with its 95 % interval (crossed bootstrap and t), the minimum detectable effect "
+        "and the verdict of the rule, commands and wall times. Rewrites the blocks between '<!-- rendered: ... -->' "
         "markers of docs/evidence/<name>.md and its detail pages (docs/evidence/<name>/*.md), the index, the rule "
         "page and the method pages' evidence boxes (prose outside is kept), and writes each page's forest plot "
         "(docs/evidence/<name>/forest.svg).",

@@ -27,7 +27,8 @@ MAX_LABEL = 68  # characters of a row's label; longer ones are cut with "…" (t
 
 
 def forest_path(page_path: str) -> str:
-    """Where a page's forest plot lives: beside the page, in the folder of its figures (``nsr.md`` -> ``nsr/forest.svg``)."""
+    """Where a page's forest plot lives: beside the page, in the folder of its figures (``nsr.md`` ->
+    ``nsr/forest.svg``)."""
     return page_path.removesuffix(".md") + "/forest.svg"
 
 
@@ -58,14 +59,15 @@ def glance_table(parts: list[Part], figure: str, command: str) -> str:
     lines += [
         "",
         (
-            f"![Forest plot of the claims above: per claim part, our effect and its 95 % interval as a bar, the paper's "
-            f"effect as a diamond, zero as a line, the verdict as colour and word. Rendered by {command}]({figure})"
+            "![Forest plot of the claims above: per claim part, our effect and its 95 % interval as a bar, the "
+            "paper's effect as a diamond, zero as a line, the verdict as colour and word. Rendered by "
+            f"{command}]({figure})"
         ),
         "",
         (
-            f"*Each part's effect is signed so that the claimed direction is positive. The figure is rendered from the "
-            f"records by `{command}`, and `--check` fails where it differs. The claims table below adds the two intervals "
-            "that make each one, the minimum detectable effect and where each effect to exclude comes from.*"
+            "*Each part's effect is signed so that the claimed direction is positive. The figure is rendered from "
+            f"the records by `{command}`, and `--check` fails where it differs. The claims table below adds the two "
+            "intervals that make each one, the minimum detectable effect and where each effect to exclude comes from.*"
         ),
     ]
     return "\n".join(lines)
@@ -118,8 +120,8 @@ def forest_svg(parts: list[Part], title: str) -> str:
     bottom = TOP + ROW_HEIGHT * len(parts)
     out = [
         (
-            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-            f'font-family="sans-serif" font-size="12" role="img">'
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="12" role="img">'
         ),
         f"<title>{escape(title)}</title>",
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',

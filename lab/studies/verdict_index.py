@@ -166,8 +166,8 @@ def design_rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, 
 
 
 def claim_id(group: str) -> str:
-    """A claim's short name for a one-line summary: its number where it has one ("1a. GRPO lowers ..." -> "claim 1a"), else
-    the whole name."""
+    """A claim's short name for a one-line summary: its number where it has one ("1a. GRPO lowers ..." ->
+    "claim 1a"), else the whole name."""
     head, _, rest = group.partition(". ")
     return f"claim {head}" if rest and head[:1].isdigit() else group
 
