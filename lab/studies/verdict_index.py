@@ -128,10 +128,13 @@ def rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) 
     return "\n".join(lines) if lines else "- none"
 
 
-def design_rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -> str:
+def design_rule_changes(
+    parts_by_study: dict[str, list[Part]], pages: dict[str, Page], page_changes: list[str] = ()
+) -> str:
     """Each claim with a part whose verdict v4's words (what the design could see: reversed, no headroom, mechanism
     gate) move from the interval's own verdict (v3): the claim's verdict old → new, then each such part, old → new
-    and why; rendered from the judgements, so the list cannot drift from the tables."""
+    and why; rendered from the judgements, so the list cannot drift from the tables. ``page_changes``: the lines of
+    the verdicts outside the claims that v4 moved (a page's own ``rule_changes`` block: SELF's mechanisms), last."""
     lines = []
     for study_name, parts in parts_by_study.items():
         link = f"[{study_name}]({Path(pages[study_name].path).name})"
@@ -147,6 +150,7 @@ def design_rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, 
                 why = j.no_test or "the interval excludes 0 on the other side"
                 note = " (not counted)" if p.excluded else " (exploratory)" if p.exploratory else ""
                 lines.append(f"    - {p.task}, {p.setting.name}{note}: {j.interval_verdict} → {j.verdict} ({why})")
+    lines += page_changes
     return "\n".join(lines) if lines else "- none"
 
 
