@@ -43,15 +43,25 @@ class Part:
     base_exploratory: str = ""
 
     @property
-    def exploratory(self) -> str:
-        """Why this part was set after looking at the data (the claim's, the setting's or its base's reason), else
-        empty."""
+    def looked(self) -> str:
+        """Why this part was set after looking at its results (the claim's, the setting's or its base's reason), else
+        empty: what the rule marked exploratory before v4."""
         return (
             self.claim.exploratory
             or self.setting.exploratory
             or self.setting.exploratory_tasks.get(self.task, "")
             or self.base_exploratory
         )
+
+    @property
+    def exploratory(self) -> str:
+        """Every reason this part is exploratory (`looked`, and a choice of its task on the problems it is judged on,
+        `PageSetting.selected_on_test`), one a line; empty: none."""
+        return "\n".join(reason for reason in (self.looked, self.setting.selected_on_test) if reason)
+
+    def exploratory_at(self, v3: bool) -> str:
+        """`exploratory`, or (``v3``) `looked` alone: the rule before v4 read no declared selection."""
+        return self.looked if v3 else self.exploratory
 
 
 def arm_values(
@@ -337,6 +347,8 @@ def claims_table(parts: list[Part]) -> str:
         )
     for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory}.values():
         lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory, {setting.exploratory}.")
+    for setting in {p.setting.name: p.setting for p in parts if p.setting.selected_on_test}.values():
+        lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory, {setting.selected_on_test}.")
     for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory_tasks}.values():
         for task, reason in setting.exploratory_tasks.items():
             lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory on {task}, {reason}.")
@@ -410,5 +422,6 @@ def claim_group(claim: Claim) -> str:
 
 
 def exploratory_label(reason: str) -> str:
-    """The short label of an exploratory reason (the text before its first ': ')."""
-    return reason.split(": ", 1)[0]
+    """The short label of an exploratory reason (the text before its first ': '); of several, one a line (`Part.
+    exploratory`), each one's, joined by commas."""
+    return ", ".join(line.split(": ", 1)[0] for line in reason.splitlines())
