@@ -21,6 +21,7 @@ statistics and the rule in `verdicts`, the runs in `runner`.
 
 from pathlib import Path
 
+from .coverage import coverage_statement
 from .judging import (  # noqa: F401  (the page engine's names, re-exported where the report's users read them)
     Part,
     apply_requirements,
@@ -116,6 +117,7 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
         if name in names:
             out[page.path] = fill((root / page.path).read_text(), blocks, page.path)
     index_blocks["index:verdicts"] = index_table(all_parts, PAGES)
+    index_blocks["index:coverage"] = coverage_statement()  # the interval's coverage, per measured design
     index_blocks["index:rule_changes"] = rule_changes(all_parts, PAGES)
     index_blocks["index:design_rule_changes"] = design_rule_changes(all_parts, PAGES, page_changes)
     out[INDEX] = fill((root / INDEX).read_text(), index_blocks, INDEX)
