@@ -53,15 +53,12 @@ class Part:
             or self.base_exploratory
         )
 
-    @property
-    def exploratory(self) -> str:
-        """Every reason this part is exploratory (`looked`, and a choice of its task on the problems it is judged on,
-        `PageSetting.selected_on_test`), one a line; empty: none."""
-        return "\n".join(reason for reason in (self.looked, self.setting.selected_on_test) if reason)
+    def exploratory_at(self, v3: bool = False) -> str:
+        """Every reason this part is exploratory, one a line: `looked`, and (not ``v3``, which read none) its task's
+        choice on the problems it is judged on (`PageSetting.selected_on_test`)."""
+        return "\n".join(r for r in (self.looked, "" if v3 else self.setting.selected_on_test) if r)
 
-    def exploratory_at(self, v3: bool) -> str:
-        """`exploratory`, or (``v3``) `looked` alone: the rule before v4 read no declared selection."""
-        return self.looked if v3 else self.exploratory
+    exploratory = property(exploratory_at)
 
 
 def arm_values(
@@ -345,10 +342,10 @@ def claims_table(parts: list[Part]) -> str:
                 else ""
             )
         )
-    for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory}.values():
-        lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory, {setting.exploratory}.")
-    for setting in {p.setting.name: p.setting for p in parts if p.setting.selected_on_test}.values():
-        lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory, {setting.selected_on_test}.")
+    for s in {p.setting.name: p.setting for p in parts}.values():  # chosen after looking, or its task on its problems
+        lines += [
+            f"- Setting `{s.name}` ({s.label}) is exploratory, {r}." for r in (s.exploratory, s.selected_on_test) if r
+        ]
     for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory_tasks}.values():
         for task, reason in setting.exploratory_tasks.items():
             lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory on {task}, {reason}.")
@@ -417,11 +414,6 @@ def _group_tasks(pairs) -> dict[str, list[str]]:
     return grouped
 
 
-def claim_group(claim: Claim) -> str:
-    return claim.part_of or claim.name
-
-
 def exploratory_label(reason: str) -> str:
-    """The short label of an exploratory reason (the text before its first ': '); of several, one a line (`Part.
-    exploratory`), each one's, joined by commas."""
+    """The short label of an exploratory reason (the text before its first ': '); of several (one a line), theirs."""
     return ", ".join(line.split(": ", 1)[0] for line in reason.splitlines())

@@ -5,7 +5,7 @@ a method page's evidence summary. No study is named here: a page's own labels an
 
 from pathlib import Path
 
-from .judging import Part, claim_group, exploratory_label, power_text, verdict_text
+from .judging import Part, exploratory_label, power_text, verdict_text
 from .markdown import interval, row, signed
 from .pages import MethodSummary, Page
 from .verdicts import IDENTICAL, NO_TEST
@@ -82,7 +82,7 @@ def claim_groups(parts: list[Part]) -> dict[str, list[Part]]:
     """The parts by claim (a claim's own name, or the claim its parts belong to), in order of first appearance."""
     groups: dict[str, list[Part]] = {}
     for p in parts:
-        groups.setdefault(claim_group(p.claim), []).append(p)
+        groups.setdefault(p.claim.part_of or p.claim.name, []).append(p)
     return groups
 
 
