@@ -199,3 +199,27 @@ def test_the_two_demo_records_agree_to_the_digit():
         return [line for line in block["stdout"].splitlines() if "->" in line]
 
     assert numbers(first["blocks"][0]) == numbers(seeds["blocks"][0]) and numbers(first["blocks"][0])
+
+
+def test_a_page_record_records_the_page_as_it_is():
+    """A record of a page's blocks (``page`` set) is of the page as it stands: as many run blocks, each with the first
+    line the page's block has now. A block changed since (an import path that moved, a command now run from the
+    lab) makes the record another page's: record it again (the command it names)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from docs_helpers import RUN_LANGUAGES
+    from record_docs import code_blocks
+
+    checked = 0
+    for path in DOCS.rglob("data/*.json"):
+        records = json.loads(path.read_text())
+        if not isinstance(records, dict) or records.get("recorder") != "tests/record_docs.py" or not records["page"]:
+            continue
+        run = [b for b in code_blocks(ROOT / records["page"]) if b.language in RUN_LANGUAGES and b.mark != "skip"]
+        recorded = [block["first_line"] for block in records["blocks"]]
+        assert recorded == [b.code.strip().splitlines()[0] for b in run], (
+            f"{path}: record it again: {records['command']}"
+        )
+        checked += 1
+    assert checked >= 2  # the reasoning-gym tutorial's and the README's

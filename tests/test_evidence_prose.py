@@ -9,6 +9,10 @@ import pytest
 
 from lab.studies.markdown import RENDERED_BLOCK
 from lab.studies.prose import canonical, numbers_in, prose_of, rendered_numbers, unbacked_numbers
+from lab.studies.registry import get_pages
+
+
+PAGES_BY_STUDY = get_pages()
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +32,7 @@ KINDS = {
     ),
     "rule": ("a constant of the verdict rule (its power and quantiles)", ROOT / "lab" / "studies"),
     "paper": ("a paper's own number, or its model's size", None),
+    "audit": ("a number an audit measured in its own simulation, quoted as its finding", None),
     "reference": ("a citation's year, an issue's number, or a model's name", None),
     "arithmetic": ("a count that follows from the design by arithmetic (3 seeds have C(5, 3) = 10 resamples)", None),
 }
@@ -35,13 +40,13 @@ KINDS = {
 DECLARED = {
     "index.md": {"reference": "2021"},
     "rule.md": {
-        "setting": "1e-4 2e-4 3e-4 3e-5 5e-5 6e-4 30",
-        "bound": "85 93 99.5",
-        "rule": "0.8 0.975 80",
-        "paper": "+4.9 30 0.66 135",
+        "setting": "1e-4 2e-4 3e-4 3e-5 5e-5 6e-4",
+        "bound": "85",
+        "rule": "0.8 0.975 80 2.5",
+        "audit": "86.7 91.3",
+        "paper": "+4.9 0.66 135",
     },
-    "is_dpo.md": {"reference": "135"},
-    "is_dpo/dense.md": {"setting": "199"},
+    "is_dpo/dense.md": {"setting": "199"},  # is_dpo.md's 135 (SmolLM2-135M) is printed by the claims notes
     "lora_init.md": {"setting": "199 5e-6 60 8", "paper": "1.5"},
     "nsr.md": {"setting": "256"},
     "nsr/results.md": {"setting": "199 3000"},
@@ -184,5 +189,73 @@ def test_no_sentence_contradicts_its_page_table(page):
 
     wrong = contradicted_sentences(_text(page))
     assert not wrong, f"docs/evidence/{page}: sentences the page's tables contradict:\n" + "\n".join(
+        f"  line {line}: {why}: {sentence[:160]!r}" for line, sentence, why in wrong
+    )
+
+
+_SELECTION_PAGE = """# Page
+
+## The first design
+
+No choice behind this design read the test problems.
+
+<!-- rendered: x:first:toy:pass_at_k -->
+| arm | pass@1 |
+<!-- end rendered -->
+
+## The real model
+
+{prose}
+
+<!-- rendered: x:real:products:pass_at_k -->
+| arm | pass@1 |
+<!-- end rendered -->
+"""
+
+
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "The rate is a timing probe's, not tuned: no choice behind this design read a held-out problem.",
+        "Its design was declared before its runs, and nothing in it is chosen by looking at a result.",
+        "The task was not chosen on the test problems.",
+    ],
+)
+def test_a_page_that_says_no_choice_read_its_problems_fails_where_the_design_declares_one(prose):
+    """A setting that declares a choice on the problems it is judged on (`PageSetting.selected_on_test`): a sentence
+    of its section saying that no choice read them fails; the same sentence passes where nothing is declared, and a
+    sentence in another setting's section is not read."""
+    from lab.studies.pages import PageSetting
+    from lab.studies.prose import false_selection_sentences
+
+    page = _SELECTION_PAGE.format(prose=prose)
+    first = PageSetting("first", "first", ())
+    declared = PageSetting("real", "real", (), selected_on_test="task chosen on these problems: a screening")
+    ((line, sentence, why),) = false_selection_sentences(page, "x", (first, declared))
+    assert line == 13 and sentence == prose and why.endswith(": task chosen on these problems")
+    # nothing declared: nothing to contradict
+    assert false_selection_sentences(page, "x", (first, PageSetting("real", "real", ()))) == []
+    # every setting declares one: the whole page is read, the first section's sentence too
+    both = (PageSetting("first", "first", (), selected_on_test="chosen: x"), declared)
+    assert [line for line, _, _ in false_selection_sentences(page, "x", both)] == [5, 13]
+
+
+def test_a_page_that_says_how_the_task_was_chosen_passes():
+    from lab.studies.pages import PageSetting
+    from lab.studies.prose import false_selection_sentences
+
+    prose = "The task was chosen by the screening on these same problems, so its claims are exploratory."
+    declared = PageSetting("real", "real", (), selected_on_test="task chosen on these problems: a screening")
+    first = PageSetting("first", "first", ())
+    assert false_selection_sentences(_SELECTION_PAGE.format(prose=prose), "x", (first, declared)) == []
+
+
+@pytest.mark.parametrize("name", sorted(PAGES_BY_STUDY))
+def test_no_page_says_no_choice_read_the_problems_its_design_chose_on(name):
+    from lab.studies.prose import false_selection_sentences
+
+    page = PAGES_BY_STUDY[name]
+    wrong = false_selection_sentences((ROOT / page.path).read_text(), page.study, page.settings)
+    assert not wrong, f"{page.path}: sentences the design's declared selection contradicts:\n" + "\n".join(
         f"  line {line}: {why}: {sentence[:160]!r}" for line, sentence, why in wrong
     )

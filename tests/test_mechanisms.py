@@ -10,6 +10,7 @@ import pytest
 from lab.studies.mechanisms import (
     difficulty_ranks,
     prediction,
+    prediction_rule_changes,
     prediction_table_markdown,
     quintile_deltas,
     quintile_table_markdown,
@@ -120,10 +121,24 @@ def test_prediction_of_a_strong_negative_correlation_is_reproduced():
     assert result.verdict == "reproduced" and result.rho < -0.8 and result.high < 0 and result.num_units == 12
 
 
-def test_prediction_of_a_positive_correlation_is_not_reproduced():
+def test_prediction_of_a_positive_correlation_is_reversed():
+    """The claims' rule (`verdicts.with_reversal`): an interval of ρ wholly above 0, the wrong side of the claimed
+    ρ < 0, is reversed (its interval alone says not reproduced); one that excludes ρ <= −0.3 but not 0 stays not
+    reproduced; and the list of rule changes names the moved metric only."""
     metric = np.linspace(0, 1, 12)
     result = prediction(_units(metric, metric), "m")
-    assert result.rho == pytest.approx(1.0) and result.verdict == "not reproduced" and result.low > -0.3
+    assert result.rho == pytest.approx(1.0) and result.low > 0
+    assert (result.verdict, result.interval_verdict) == ("reversed", "not reproduced")
+    # a weak positive ρ: its interval holds 0 and excludes −0.3
+    rng = np.random.default_rng(3)
+    weak = rng.normal(0, 1, 40)
+    near_zero = prediction(_units(weak, 0.15 * weak + rng.normal(0, 1, 40)), "m")
+    assert near_zero.low < 0 < near_zero.high and near_zero.low > -0.3, (near_zero.low, near_zero.high)
+    assert near_zero.verdict == near_zero.interval_verdict == "not reproduced"
+    changes = prediction_rule_changes([result, near_zero], "Claim", "[p](p.md)").splitlines()
+    assert changes[0] == "- *Claim* ([p](p.md)), by prediction:" and len(changes) == 2
+    assert changes[1].startswith("    - m: not reproduced → reversed (")
+    assert prediction_rule_changes([near_zero], "Claim", "[p](p.md)") == "- none"
 
 
 def test_prediction_with_few_or_noisy_units_is_inconclusive():
@@ -194,7 +209,7 @@ def test_markdown_tables():
     results = [prediction(_units([1, 2, 3], [3, 2, 1]), "m"), prediction(_units(range(12), range(12)), "m")]
     lines = prediction_table_markdown(results).splitlines()
     assert lines[2] == "| m | 3 | -1.00 | — | inconclusive (3 units: a rank correlation needs >= 4) |"
-    assert lines[3].startswith("| m | 12 | +1.00 | [+1.00, +1.00] | not reproduced |")
+    assert lines[3].startswith("| m | 12 | +1.00 | [+1.00, +1.00] | reversed |")
 
 
 def test_a_run_probed_only_at_step_0_has_no_end_of_training_probe():

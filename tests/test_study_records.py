@@ -61,3 +61,36 @@ def test_committed_records_hold_no_run_twice():
     for path in files:
         lines = [line for line in read_records_text(path).splitlines() if line.strip()]
         assert len(lines) == len(set(lines)), f"{path.name} holds a record twice"
+
+
+def test_every_committed_record_says_where_it_comes_from():
+    """Every record of ``docs/evidence/data`` carries its command with its arguments and, except in the files written
+    before records carried one (`RECORDS_BEFORE_PROVENANCE`, each checked to hold none, so the list cannot hide a
+    newer file), its provenance: time, commit, library versions, threads (the audit found the 9 trivial records of
+    the real model's task without them: `trl-rlvr-ext baselines ` and no commit)."""
+    from pathlib import Path
+
+    from lab.studies.records import RECORDS_BEFORE_PROVENANCE, missing_provenance
+
+    data = Path(__file__).resolve().parents[1] / "docs" / "evidence" / "data"
+    files = sorted([*data.rglob("*.jsonl"), *data.rglob("*.jsonl.gz")])
+    names = {path.relative_to(data).as_posix() for path in files}
+    assert set(RECORDS_BEFORE_PROVENANCE) <= names, set(RECORDS_BEFORE_PROVENANCE) - names
+    checked = 0
+    for path in files:
+        before = path.relative_to(data).as_posix() in RECORDS_BEFORE_PROVENANCE
+        for number, line in enumerate(read_records_text(path).splitlines(), 1):
+            record = json.loads(line)
+            assert not missing_provenance(record, before), (path.name, number, missing_provenance(record, before))
+            assert not (before and "provenance" in record), (
+                f"{path.name}:{number} has provenance: not a file before it"
+            )
+            checked += 1
+    assert checked > 500
+    # the rule itself, on hand-made records
+    made = {"command": "python -m lab baselines --records x", "provenance": dict.fromkeys(("time", "commit"), "t")}
+    assert missing_provenance(made, False) == ["provenance.versions", "provenance.num_threads"]
+    assert missing_provenance({"command": "trl-rlvr-ext baselines "}, True) == [
+        "a command with its arguments (got 'trl-rlvr-ext baselines ')"
+    ]
+    assert missing_provenance({"command": "trl-rlvr-ext study self --tasks toy"}, True) == []

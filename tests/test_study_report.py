@@ -607,3 +607,42 @@ def test_the_rule_changes_list_names_every_moved_part_old_new_and_why():
     assert design_rule_changes({study: parts[2:]}, PAGES) == "- none"  # nothing moved: nothing listed
     assert verdict_text(parts[2].judgement) == "**inconclusive** (underpowered)"
     assert verdict_text(parts[0].judgement) == "**reversed**"
+
+
+def test_a_declared_selection_on_the_test_problems_makes_a_claim_exploratory_and_lists_it():
+    """`PageSetting.selected_on_test` (the real model's task chosen on the problems it is judged on): its parts are
+    exploratory beside any earlier reason (labels joined), the claim's verdict says so, the v3 verdict did not, and
+    the list of v4's changes names the claim; a page's own moved verdicts (``page_changes``) come last."""
+    import dataclasses as dc
+
+    from lab.studies.judging import Part, exploratory_label
+    from lab.studies.verdict_index import design_rule_changes, group_verdict
+    from lab.studies.verdicts import Claim, Judgement
+
+    study = "nsr"
+    setting = dc.replace(PAGES[study].settings[0], selected_on_test="task chosen on these problems: a screening")
+    claim = Claim("c. arm beats base", "arm", "base", "pass@1", paper_effect=0.05)
+    seen = dc.replace(claim, name="d. seen", exploratory="seen before: the table showed it")
+    j = Judgement(claim, 0.01, -0.02, 0.04, 0.05, 3, 50, "inconclusive", interval_verdict="inconclusive")
+    part = Part(study, claim, setting, "toy", "base", j)
+    both = Part(study, seen, setting, "toy", "base", dc.replace(j, claim=seen))
+    assert part.looked == "" and part.exploratory == setting.selected_on_test
+    assert exploratory_label(both.exploratory) == "seen before, task chosen on these problems"
+    assert group_verdict([part]) == "**inconclusive**, exploratory (task chosen on these problems)"
+    assert group_verdict([part], v3=True) == "**inconclusive**"
+    assert group_verdict([both], v3=True) == "**inconclusive**, exploratory (seen before)"
+    moved = "- *x* ([self](self.md)), by prediction:\n    - m: not reproduced → reversed (why)"
+    assert design_rule_changes({study: [part, both]}, PAGES, [moved]).splitlines() == [
+        (
+            "- *c. arm beats base* ([nsr](nsr.md)): inconclusive → **inconclusive**, exploratory (task chosen on "
+            "these problems)"
+        ),
+        (
+            "- *d. seen* ([nsr](nsr.md)): inconclusive, exploratory (seen before) → **inconclusive**, exploratory "
+            "(seen before, task chosen on these problems)"
+        ),
+        *moved.splitlines(),
+    ]
+    # without the declaration nothing moved: nothing listed but the page's own
+    plain = dc.replace(part, setting=PAGES[study].settings[0])
+    assert design_rule_changes({study: [plain]}, PAGES) == "- none"

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from lab.studies.coverage import COVERAGE_DESIGNS, pass_at_k_values, simulate_binomial, true_effect
 from lab.studies.student_t import student_t_cdf, student_t_quantile
 from lab.studies.verdicts import (
     Claim,
@@ -153,17 +154,23 @@ def _crossed_table(rng, mu, num_seeds, num_problems, seed_sd, problem_sd, residu
 
 
 @pytest.mark.parametrize(
-    "num_seeds, num_problems, seed_sd, problem_sd, residual_sd",
-    [(5, 40, 0.01, 0.2, 0.1), (3, 60, 0.05, 0.1, 0.1), (5, 30, 0.03, 0.03, 0.2)],
+    "design, num_seeds, num_problems, seed_sd, problem_sd, residual_sd",
+    [
+        ("gaussian_problem", 5, 40, 0.01, 0.2, 0.1),
+        ("gaussian_three_seeds", 3, 60, 0.05, 0.1, 0.1),
+        ("gaussian_residual", 5, 30, 0.03, 0.03, 0.2),
+    ],
 )
 def test_the_interval_covers_a_known_effect_about_95_percent_of_the_time(
-    num_seeds, num_problems, seed_sd, problem_sd, residual_sd
+    design, num_seeds, num_problems, seed_sd, problem_sd, residual_sd
 ):
     """Synthetic crossed tables with a known mean effect: the rule's interval (the hull) holds it in about 95 % of
-    tables; the nested rule it replaces undercovers where the shared problem term dominates."""
+    tables, exactly the share the index renders (`coverage.COVERAGE_DESIGNS`); the nested rule it replaces
+    undercovers where the shared problem term dominates."""
+    declared = {d.name: d for d in COVERAGE_DESIGNS}[design]
     rng = np.random.default_rng(1)
-    mu, sims, claim = 0.05, 300, Claim("c", "a", "b", "pass@1", smallest_effect=0.1)
-    covered, nested_covered = 0, 0
+    mu, sims, claim = 0.05, declared.tables, Claim("c", "a", "b", "pass@1", smallest_effect=0.1)
+    covered, nested_covered, upper, lower = 0, 0, 0, 0
     for sim in range(sims):
         d = _crossed_table(rng, mu, num_seeds, num_problems, seed_sd, problem_sd, residual_sd)
         j = judge(
@@ -174,13 +181,43 @@ def test_the_interval_covers_a_known_effect_about_95_percent_of_the_time(
             seed=sim,
         )
         covered += j.low <= mu <= j.high
+        upper += j.high < mu
+        lower += j.low > mu
         nested = hierarchical_bootstrap(d, 1000, seed=sim)
         low, high = seed_t_interval(d)
         nested_low, nested_high = min(np.quantile(nested, 0.025), low), max(np.quantile(nested, 0.975), high)
         nested_covered += nested_low <= mu <= nested_high
     assert 0.93 <= covered / sims <= 0.995, covered / sims
+    measured = (round(covered / sims, 4), round(upper / sims, 4), round(lower / sims, 4))
+    assert measured == (declared.coverage, declared.upper_miss, declared.lower_miss)
     if problem_sd > residual_sd:  # the shared problem term dominates: the old rule's interval was too narrow
         assert nested_covered / sims < 0.85, nested_covered / sims
+
+
+@pytest.mark.parametrize("design", [d for d in COVERAGE_DESIGNS if d.binomial], ids=lambda d: d.name)
+def test_the_interval_coverage_on_binomial_tables_is_what_the_index_says(design):
+    """The binomial designs of `coverage.COVERAGE_DESIGNS` (pass@16 near the ceiling, 3 seeds dominated by the seed,
+    pass@1 near the floor), simulated again from their seed: the coverage, the misses at each end and the share of
+    identical-arm tables the index renders are what the simulation measures. Near the floor the misses fall on the
+    high end only (the effect above the interval, 4 % against 2.5 % nominal); with 3 seeds dominated by the seed,
+    coverage is under 95 %."""
+    assert simulate_binomial(design) == design
+    if design.name == "binomial_floor":
+        assert design.upper_miss > 0.025 and design.lower_miss == 0
+    if design.name == "binomial_seeds":
+        assert design.coverage < 0.95
+
+
+def test_the_true_effect_of_the_binomial_model_by_hand():
+    """`coverage.true_effect` against a direct Monte Carlo mean (the quadrature's law), and pass@k's values at c."""
+    rng = np.random.default_rng(0)
+    logits = rng.normal(-1.0, math.sqrt(0.5**2 + 0.3**2), 400_000)
+    sig = 1 / (1 + np.exp(-logits))
+    by_hand = float(np.mean((1 - (1 - 1 / (1 + np.exp(-(logits + 0.7)))) ** 4) - (1 - (1 - sig) ** 4)))
+    assert true_effect(-1.0, 0.5, 0.3, 0.7, 4) == pytest.approx(by_hand, abs=2e-3)
+    assert pass_at_k_values(4, 4).tolist() == [0, 1, 1, 1, 1]
+    assert pass_at_k_values(4, 1).tolist() == [0, 0.25, 0.5, 0.75, 1]
+    assert pass_at_k_values(4, 2)[1] == pytest.approx(1 - 3 / 6)  # C(3, 2) / C(4, 2)
 
 
 def test_identical_arms_are_no_test():

@@ -1,6 +1,7 @@
 """Where a record came from: the time, the package's commit, the library versions, the thread count, the CPU and a
-digest of the base weights. Every records file of the evidence (the studies' runs, the task screening, the real-model
-demo) carries one per record, so a design declared in a commit can be checked against the runs it claims.
+digest of the base weights. Every record the evidence's commands write (the studies' runs, the trivial baselines, the
+task screening, the real-model demo) carries one, so a design declared in a commit can be checked against the runs it
+claims (records written before this existed carry their command only; the lab's records module lists their files).
 """
 
 import datetime

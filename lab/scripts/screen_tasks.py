@@ -18,7 +18,9 @@ Each candidate (`CANDIDATES`: a ``reasoning_gym:`` name with the chat format and
 first ``--eval_problems`` held-out problems; one record per (candidate, model, sampling settings) is appended to
 ``--records`` as soon as it is done, and a candidate already recorded with those settings is skipped, so an
 interrupted screening resumes. The page (``--page``) is rendered from the records alone. The screening measures the
-base model, not a method: no method comparison is selected on it.
+base model, not a method: no method comparison is selected on it. It does read the held-out problems, though, so a
+study judged on the same problems with a task chosen here declares that choice (`PageSetting.selected_on_test`,
+`lab.studies.tasks.REAL_MODEL_SELECTION`), and its claims are exploratory.
 """
 
 import argparse

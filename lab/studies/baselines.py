@@ -128,8 +128,11 @@ def baseline_records(
     """One record per (trivial policy, seed) of a task, in the studies' schema (``study="trivial"``, ``arm``
     ``"trivial_<policy>"``, in a mixture ``"trivial_<policy>+<policy>"``), on the first ``eval_problems`` held-out
     problems of ``dataset``; ``studies`` says whose evaluation sets these are; ``only_strongest``: only the first
-    policy. Empty when the task has no trivial policy."""
+    policy. Empty when the task has no trivial policy. Each record carries its ``provenance`` (time, commit,
+    library versions, CPU; no weights: a trivial policy has none) as every study run's does; the guesses and grades
+    are pure Python, on one thread."""
     from trl_rlvr_ext.evaluation.estimators import pass_at_k_curve
+    from trl_rlvr_ext.provenance import provenance
     from trl_rlvr_ext.rewards import get_reward_func
 
     rows = eval_rows(dataset, eval_problems)
@@ -161,6 +164,7 @@ def baseline_records(
                 "train_seconds": 0.0,
                 "wall_seconds": round(time.perf_counter() - start, 1),
                 "command": command,
+                "provenance": provenance(None, num_threads=1, seed=seed),
             }
             if len(tasks) > 1:  # a mixture: Pass@k on each sub-task's problems
                 record["per_task"] = {}

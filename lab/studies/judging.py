@@ -43,15 +43,22 @@ class Part:
     base_exploratory: str = ""
 
     @property
-    def exploratory(self) -> str:
-        """Why this part was set after looking at the data (the claim's, the setting's or its base's reason), else
-        empty."""
+    def looked(self) -> str:
+        """Why this part was set after looking at its results (the claim's, the setting's or its base's reason), else
+        empty: what the rule marked exploratory before v4."""
         return (
             self.claim.exploratory
             or self.setting.exploratory
             or self.setting.exploratory_tasks.get(self.task, "")
             or self.base_exploratory
         )
+
+    def exploratory_at(self, v3: bool = False) -> str:
+        """Every reason this part is exploratory, one a line: `looked`, and (not ``v3``, which read none) its task's
+        choice on the problems it is judged on (`PageSetting.selected_on_test`)."""
+        return "\n".join(r for r in (self.looked, "" if v3 else self.setting.selected_on_test) if r)
+
+    exploratory = property(exploratory_at)
 
 
 def arm_values(
@@ -335,8 +342,10 @@ def claims_table(parts: list[Part]) -> str:
                 else ""
             )
         )
-    for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory}.values():
-        lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory, {setting.exploratory}.")
+    for s in {p.setting.name: p.setting for p in parts}.values():  # chosen after looking, or its task on its problems
+        lines += [
+            f"- Setting `{s.name}` ({s.label}) is exploratory, {r}." for r in (s.exploratory, s.selected_on_test) if r
+        ]
     for setting in {p.setting.name: p.setting for p in parts if p.setting.exploratory_tasks}.values():
         for task, reason in setting.exploratory_tasks.items():
             lines.append(f"- Setting `{setting.name}` ({setting.label}) is exploratory on {task}, {reason}.")
@@ -405,10 +414,6 @@ def _group_tasks(pairs) -> dict[str, list[str]]:
     return grouped
 
 
-def claim_group(claim: Claim) -> str:
-    return claim.part_of or claim.name
-
-
 def exploratory_label(reason: str) -> str:
-    """The short label of an exploratory reason (the text before its first ': ')."""
-    return reason.split(": ", 1)[0]
+    """The short label of an exploratory reason (the text before its first ': '); of several (one a line), theirs."""
+    return ", ".join(line.split(": ", 1)[0] for line in reason.splitlines())

@@ -4,7 +4,8 @@ SELF (arXiv 2510.02230) explains why on-policy RLVR lowers Pass@k at large k bel
 interference and (b) winner-take-all. That a mechanism *occurs* says little; if it is the cause, then where there is
 more of it the pass@n change should be lower. This module judges that: a *unit* is (task, setting, trained arm), and
 `prediction` is Spearman's ρ across units between a mechanism metric and the unit's pass@n change (n = num_samples),
-with a percentile bootstrap interval over units and the verdict of `verdicts.decide` (claimed direction: ρ < 0).
+with a percentile bootstrap interval over units and the verdict of `verdicts.decide` (claimed direction: ρ < 0), made
+**reversed** by the claims' own rule (`verdicts.with_reversal`) where the interval excludes 0 on the other side.
 
 The probe's ``boundary/winner_take_all`` (Spearman of the base gold log-likelihood ``b_i`` against its change) is
 biased negative by construction: ``log p <= 0`` caps what a likely problem can gain, not what an unlikely one can.
@@ -18,7 +19,7 @@ import numpy as np
 
 from .markdown import mean_sd
 from .records import end_probe
-from .verdicts import decide
+from .verdicts import decide, with_reversal
 
 
 SMALLEST_RHO = 0.3  # smallest |ρ| of interest: below it a mechanism explains under ~10 % of the rank variance
@@ -184,6 +185,7 @@ class Prediction:
     verdict: str
     reason: str = ""
     degenerate_resamples: int = 0  # resamples with constant ranks on a side (no ρ): left out of the interval
+    interval_verdict: str = ""  # the interval's own verdict (before v4's reversed), where it was formed
 
 
 def prediction(units: list[dict], metric: str, num_resamples: int = 10_000, seed: int = 0) -> Prediction:
@@ -209,8 +211,18 @@ def prediction(units: list[dict], metric: str, num_resamples: int = 10_000, seed
     rhos = np.concatenate(rhos)
     valid = rhos[np.isfinite(rhos)]
     low, high = (float(v) for v in np.quantile(valid, [0.025, 0.975]))
-    verdict = decide(-high, -low, SMALLEST_RHO)  # signed: claimed direction positive, threshold |ρ| = 0.3
-    return Prediction(metric, n, rho, low, high, verdict, degenerate_resamples=int(rhos.size - valid.size))
+    interval_verdict = decide(-high, -low, SMALLEST_RHO)  # signed: claimed direction positive, threshold |ρ| = 0.3
+    verdict = with_reversal(interval_verdict, -low)  # ρ > 0 throughout: more of it, a *higher* pass@n change
+    return Prediction(
+        metric,
+        n,
+        rho,
+        low,
+        high,
+        verdict,
+        degenerate_resamples=int(rhos.size - valid.size),
+        interval_verdict=interval_verdict,
+    )
 
 
 def quintile_table_markdown(records: list[dict], base_records: list[dict] | None = None, num_groups: int = 5) -> str:
@@ -246,6 +258,22 @@ def quintile_table_markdown(records: list[dict], base_records: list[dict] | None
         seeds = ",".join(str(r["seed"]) for r in sorted(runs, key=lambda r: r["seed"]))
         lines.append(f"| {arm} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def prediction_rule_changes(results: list[Prediction], title: str, link: str) -> str:
+    """The metrics whose verdict v4's **reversed** moved from their interval's own (`Prediction.interval_verdict`), as
+    the index's list of rule changes renders a claim: ``- *title* (link), parts:`` and one line per metric, old → new
+    and why; ``"- none"`` where none moved."""
+    moved = [p for p in results if p.interval_verdict and p.verdict != p.interval_verdict]
+    if not moved:
+        return "- none"
+    lines = [f"- *{title}* ({link}), by prediction:"]
+    lines += [
+        f"    - {p.metric}: {p.interval_verdict} → {p.verdict} (the interval of ρ excludes 0 on the other side: more "
+        "of the metric went with a higher change of pass@n)"
+        for p in moved
+    ]
+    return "\n".join(lines)
 
 
 def prediction_table_markdown(results: list[Prediction]) -> str:

@@ -51,6 +51,10 @@ class PageSetting:
     # task -> why the setting is exploratory on that task only (it was chosen looking at that task's runs; on the
     # other tasks it was declared before their runs)
     exploratory_tasks: dict = dataclasses.field(default_factory=dict)
+    # why a choice behind the setting (its task, its answer format) read the very problems its claims are judged on
+    # ("<short label>: <details>"), declared by its design; empty: none did. Its parts are exploratory, and a page
+    # sentence saying that no choice read them fails the prose check (`prose.false_selection_sentences`)
+    selected_on_test: str = ""
     # the seeds the design declared (empty: every seed that ran). A claim is judged on exactly these, and only once
     # both its arms have run all of them: a design that has not finished shows how far it got, not an interim
     # verdict (which would invite stopping when it looks good)

@@ -20,8 +20,15 @@ that "neither arm improved", contradicts the page. Its limits, stated: it reads 
 sentence about "SELF's boundary group" is not tied to its claims; of a range, "claims 10-12c", its two ends), a sentence naming two claims is not judged, and a
 sentence about history ("before", "was", "v2", "v3") is left alone; on the index, claim numbers of different studies
 share a number, so a word is checked against all of them.
+
+`false_selection_sentences` checks what a page says of how its design was chosen: a sentence saying that no choice
+read the problems a setting is judged on ("no choice behind this design read a held-out problem", "nothing in it is
+chosen by looking at a result") fails where that setting declares otherwise (`PageSetting.selected_on_test`). It
+reads the sentences of the sections (heading to heading) that hold one of the setting's rendered blocks, or the whole
+page where every setting of the page declares it; its limit, stated: only the phrasings of `_NO_SELECTION`.
 """
 
+import itertools
 import re
 
 from .markdown import RENDERED_BLOCK
@@ -151,4 +158,39 @@ def contradicted_sentences(page_text: str) -> list[tuple[int, str, str]]:
         if said:
             why = f"claim {claim}: {sorted(said)} against the table's {sorted(verdicts[claim])}"
             out.append((sentence_line, sentence, why))
+    return out
+
+
+# A sentence saying that nothing behind a design was chosen on its test problems or by looking at a result.
+_NO_SELECTION = re.compile(
+    r"\bno choice\b[^.;]*\bread\b[^.;]*\b(?:held-out|test) problems?\b"
+    r"|\bnothing\b[^.;]*\b(?:chosen|selected)\b[^.;]*\b(?:looking|held-out|test problems?)\b"
+    r"|\bnot (?:chosen|selected) on (?:the|these|any|a) (?:held-out|test) problems?\b",
+    re.IGNORECASE,
+)
+_HEADING = re.compile(r"^#{1,6} ", re.MULTILINE)
+
+
+def false_selection_sentences(page_text: str, study: str, settings) -> list[tuple[int, str, str]]:
+    """``(line, sentence, why)`` for every sentence of the page's prose that says no choice read the problems it is
+    judged on (`_NO_SELECTION`), in a section of a setting of ``settings`` (the `PageSetting` objects of ``study``'s page)
+    that declares a choice on them (``selected_on_test``): a section (heading to heading) holding one of the setting's
+    rendered blocks (``<study>:<setting>:...``), or the whole page where every setting declares one."""
+    selected = [s for s in settings if getattr(s, "selected_on_test", "")]
+    if not selected:
+        return []
+    whole_page = len(selected) == len(settings)
+    starts = [0] + [m.start() for m in _HEADING.finditer(page_text)] + [len(page_text)]
+    in_scope = []  # (first line, last line, the setting's reason) of each section in scope
+    for start, end in itertools.pairwise(starts):
+        section = page_text[start:end]
+        held = [s for s in selected if f"<!-- rendered: {study}:{s.name}:" in section]
+        if whole_page or held:
+            first = page_text.count("\n", 0, start) + 1
+            in_scope.append((first, first + section.count("\n"), (held or selected)[0].selected_on_test))
+    out = []
+    for line, sentence in _sentences(prose_of(page_text)):
+        scope = next((reason for first, last, reason in in_scope if first <= line <= last), None)
+        if scope is not None and _NO_SELECTION.search(sentence):
+            out.append((line, sentence, f"the design declares a choice on these problems: {scope.split(': ')[0]}"))
     return out

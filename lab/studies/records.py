@@ -17,6 +17,47 @@ from trl_rlvr_ext._io import atomic_write
 from .run_files import RESULTS_GLOB, result_path
 
 
+# Where a record comes from: the command that made it, as typed (its program and arguments), and, since records carry
+# one (`trl_rlvr_ext.provenance`, commit 2d3d708, 2026-12-04), its ``provenance``: time, commit, library versions,
+# threads. These files of ``docs/evidence/data`` were written before that and hold no provenance field; their command
+# and the commit that added each line (``git log``) are where they come from. No other file may lack it.
+RECORDS_BEFORE_PROVENANCE = (
+    "base_steps.jsonl",
+    "is_dpo.jsonl",
+    "is_dpo_dense.jsonl",
+    "is_dpo_rate_calibration.jsonl",
+    "is_dpo_validated.jsonl",
+    "is_dpo_validated_lr.jsonl",
+    "lora_init.jsonl",
+    "lora_init_confirm.jsonl",
+    "lora_init_sweep.jsonl",
+    "nsr/clip_calibration.jsonl.gz",
+    "nsr/lr1e-4.jsonl",
+    "nsr/lr3e-4.jsonl.gz",
+    "nsr/updates16.jsonl.gz",
+    "nsr/updates2.jsonl.gz",
+    "nsr/updates32_lr6e-4.jsonl.gz",
+    "self.jsonl",
+    "self_validated.jsonl",
+)
+PROVENANCE_FIELDS = ("time", "commit", "versions", "num_threads")
+
+
+def missing_provenance(record: dict, before_provenance: bool) -> list[str]:
+    """What ``record`` lacks of its provenance (empty: nothing): a ``command`` with its program and at least one
+    argument (``"trl-rlvr-ext baselines "`` names no records it read), and, unless the record's file was written
+    before records carried one (``before_provenance``), a ``provenance`` with `PROVENANCE_FIELDS`."""
+    missing = []
+    words = str(record.get("command") or "").split()
+    program = 3 if words[:3] == ["python", "-m", "lab"] else 1  # the program's own words, then its subcommand
+    if len(words) < program + 2:
+        missing.append(f"a command with its arguments (got {record.get('command')!r})")
+    if not before_provenance:
+        provenance = record.get("provenance") or {}
+        missing += [f"provenance.{field}" for field in PROVENANCE_FIELDS if not provenance.get(field)]
+    return missing
+
+
 def end_probe(record: dict) -> dict | None:
     """The boundary probe a run's "end" columns read: its last probe after training began (step > 0). ``None`` for a
     run without one: a run shorter than the probe interval was only probed at step 0, where every change is 0 by

@@ -24,6 +24,7 @@ are declared in each study's package (``<study>/pages.py``, found through `lab.s
 
 from pathlib import Path
 
+from .coverage import coverage_statement
 from .glance import forest_path, forest_svg, glance_table
 from .judging import (  # noqa: F401  (the page engine's names, re-exported where the report's users read them)
     Part,
@@ -118,19 +119,22 @@ def render_pages(root: str | Path = ".", names: list[str] | None = None) -> dict
     unknown = sorted(set(names) - set(PAGES))
     if unknown:
         raise ValueError(f"Unknown studies {unknown}: choose from {sorted(PAGES)}.")
-    out, all_parts, index_blocks = {}, {}, {}
+    out, all_parts, index_blocks, page_changes = {}, {}, {}, []
     for name, page in PAGES.items():  # every study's claims: the index needs them all
         blocks, parts = render_study(name, root)
         all_parts[name] = parts
         # the index repeats the SELF page's mechanism verdicts (judged by prediction, not a paired claim)
         index_blocks.update({f"index:{k.split(':', 1)[1]}": v for k, v in blocks.items() if k == f"{name}:mechanisms"})
+        # and the verdicts of a page's own blocks that the rule moved (SELF's mechanisms), in its list of changes
+        page_changes += [v for k, v in blocks.items() if k == f"{name}:rule_changes" and v != "- none"]
         if name in names:
             out.update(fill_pages({path: (root / path).read_text() for path in (page.path, *page.details)}, blocks))
             out[forest_path(page.path)] = forest_svg(parts, f"{page.title or page.label}: every claim part")
     index_blocks["index:glance"] = index_glance(all_parts, PAGES)
     index_blocks["index:verdicts"] = index_table(all_parts, PAGES)
+    index_blocks["index:coverage"] = coverage_statement()  # the interval's coverage, per measured design
     index_blocks["index:rule_changes"] = rule_changes(all_parts, PAGES)
-    index_blocks["index:design_rule_changes"] = design_rule_changes(all_parts, PAGES)
+    index_blocks["index:design_rule_changes"] = design_rule_changes(all_parts, PAGES, page_changes)
     out.update(fill_pages({path: (root / path).read_text() for path in (INDEX, RULE)}, index_blocks))
     # a method page may summarise several studies (the toy's and the real model's): its blocks are filled together
     by_path: dict[str, list[MethodSummary]] = {}

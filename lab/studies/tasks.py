@@ -103,6 +103,14 @@ REAL_MODEL_DATASET = (
     "reasoning_gym:products?min_digits=1&max_digits=1&size=16&test_size=32&dedup=near&format=chat&answer=last_number"
 )
 REAL_MODEL_TASK = "products"
+# How the task was chosen: the screening picked it and its answer format (the reply's last number over its first) by
+# the base's pass@1 on the first 32 held-out problems, the same problems every real-model comparison is judged on. So
+# those comparisons are exploratory (`PageSetting.selected_on_test`); confirming them needs a screening on separate
+# problems.
+REAL_MODEL_SELECTION = (
+    "task chosen on these problems: the screening (docs/evidence/screening.md) chose the task and its answer format "
+    "(the reply's last number, not its first) by the base's pass@1 on the same 32 held-out problems"
+)
 REAL_MODEL_TEMPERATURE = 0.7
 REAL_MODEL_MAX_COMPLETION_LENGTH = 16
 

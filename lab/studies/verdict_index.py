@@ -5,7 +5,7 @@ a method page's evidence summary. No study is named here: a page's own labels an
 
 from pathlib import Path
 
-from .judging import Part, claim_group, exploratory_label, power_text, verdict_text
+from .judging import Part, exploratory_label, power_text, verdict_text
 from .markdown import interval, row, signed
 from .pages import MethodSummary, Page
 from .verdicts import IDENTICAL, NO_TEST
@@ -42,11 +42,12 @@ def group_verdict(parts: list[Part], v3: bool = False) -> str:
     """A claim's verdict from its parts: the one verdict they share, or "mixed" with the count of each. Parts set after
     looking (exploratory) do not count towards it; they get their own, labelled, after it. A claim with only
     exploratory parts gets their verdict, labelled exploratory. ``v3``: from the parts' interval verdicts alone (the
-    crossed rule's, before v4 said what the design could see)."""
+    crossed rule's, before v4 said what the design could see), and without v4's declared selections."""
     counted = [p for p in parts if not p.excluded]
-    registered = [p for p in counted if not p.exploratory]
-    exploratory = [p for p in counted if p.exploratory]
-    labels = ", ".join(dict.fromkeys(exploratory_label(p.exploratory) for p in exploratory))
+    registered = [p for p in counted if not p.exploratory_at(v3)]
+    exploratory = [p for p in counted if p.exploratory_at(v3)]
+    reasons = [reason for p in exploratory for reason in p.exploratory_at(v3).splitlines()]
+    labels = ", ".join(dict.fromkeys(exploratory_label(reason) for reason in reasons))
     if not counted:
         reasons: dict[str, list[str]] = {}
         for p in parts:
@@ -81,7 +82,7 @@ def claim_groups(parts: list[Part]) -> dict[str, list[Part]]:
     """The parts by claim (a claim's own name, or the claim its parts belong to), in order of first appearance."""
     groups: dict[str, list[Part]] = {}
     for p in parts:
-        groups.setdefault(claim_group(p.claim), []).append(p)
+        groups.setdefault(p.claim.part_of or p.claim.name, []).append(p)
     return groups
 
 
@@ -143,16 +144,21 @@ def rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) 
     return "\n".join(lines) if lines else "- none"
 
 
-def design_rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, Page]) -> str:
+def design_rule_changes(
+    parts_by_study: dict[str, list[Part]], pages: dict[str, Page], page_changes: list[str] = ()
+) -> str:
     """Each claim with a part whose verdict v4's words (what the design could see: reversed, no headroom, mechanism
     gate) move from the interval's own verdict (v3): the claim's verdict old → new, then each such part, old → new
-    and why; rendered from the judgements, so the list cannot drift from the tables."""
+    and why; and each claim that a declared selection on its test problems makes exploratory
+    (`PageSetting.selected_on_test`; its verdict line says so); rendered from the judgements, so the list cannot drift
+    from the tables. ``page_changes``: the lines of
+    the verdicts outside the claims that v4 moved (a page's own ``rule_changes`` block: SELF's mechanisms), last."""
     lines = []
     for study_name, parts in parts_by_study.items():
         link = f"[{study_name}]({Path(pages[study_name].path).name})"
         for group, members in claim_groups(parts).items():
             moved = [p for p in members if p.judgement and p.judgement.verdict != p.judgement.interval_verdict]
-            if not moved:
+            if not moved and not any(p.setting.selected_on_test for p in members):
                 continue
             old, new = group_verdict(members, v3=True).replace("**", ""), group_verdict(members)
             changed = old != new.replace("**", "")
@@ -162,6 +168,7 @@ def design_rule_changes(parts_by_study: dict[str, list[Part]], pages: dict[str, 
                 why = j.no_test or "the interval excludes 0 on the other side"
                 note = " (not counted)" if p.excluded else " (exploratory)" if p.exploratory else ""
                 lines.append(f"    - {p.task}, {p.setting.name}{note}: {j.interval_verdict} → {j.verdict} ({why})")
+    lines += page_changes
     return "\n".join(lines) if lines else "- none"
 
 

@@ -250,6 +250,13 @@ def decide(low: float, high: float, threshold: float) -> str:
     return "inconclusive"
 
 
+def with_reversal(verdict: str, high: float, margin: float | None = None) -> str:
+    """``verdict`` (of an interval whose high end, signed in the claimed direction, is ``high``) made **reversed**
+    where it is not reproduced and the interval excludes 0 on the other side (``high < 0``); a non-inferiority claim
+    (``margin``) keeps its verdict (its "measurably below" says the same)."""
+    return REVERSED if verdict == "not reproduced" and margin is None and high < 0 else verdict
+
+
 def decide_non_inferior(low: float, high: float, margin: float) -> str:
     """The verdict of a non-inferiority claim from the interval ``[low, high]`` of the effect (signed in the claimed
     direction) and its ``margin`` (see the module): reproduced if the interval excludes a loss of ``margin`` or more,
@@ -313,8 +320,8 @@ def judge(
         verdict = NO_TEST
         no_test = f"{NO_HEADROOM}: the baseline at pass = {1 if claim.direction == 1 else 0} on {100 * at_bound:.0f} %"
         no_test += " of the seed × problem cells"
-    elif interval_verdict == "not reproduced" and claim.margin is None and high < 0:
-        verdict = REVERSED
+    else:
+        verdict = with_reversal(interval_verdict, high, claim.margin)
     return Judgement(
         claim=claim,
         effect=float(differences.mean()),

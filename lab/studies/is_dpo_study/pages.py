@@ -9,6 +9,7 @@ from ..design import Column
 from ..frontier import matched_kl_table
 from ..markdown import marked, table
 from ..pages import MethodSummary, Page, PageSetting, arm_order, first_logged, last_logged, load_records
+from ..tasks import REAL_MODEL_SELECTION
 from . import (
     PRETRAINED_RECORDS,
     PRETRAINED_SEEDS,
@@ -196,6 +197,7 @@ PAGE = Page(
             SETTINGS[PRETRAINED_SETTING].description,
             (PRETRAINED_RECORDS,),
             seeds=PRETRAINED_SEEDS,
+            selected_on_test=REAL_MODEL_SELECTION,  # the task's screening read the problems it is judged on
         ),
     ),
     "IS-DAA",

@@ -2,10 +2,11 @@
 (SmolLM2-135M-Instruct, `trl_rlvr_ext.pretrained`), on the one task its screening found learnable.
 
 Everything here was fixed before the first run of the study; the confirming runs are its seeds `SEEDS`. No setting is
-chosen by looking at a result: there is no sweep, and every arm trains with the demo's settings (`SIZES`), which were
-set before the demo's runs (``docs/evidence/real_model_demo.md``). So nothing is selected, on test problems or any
-others; a method whose best learning rate differs from the shared one is judged at a rate not its own, and the page
-says so.
+chosen by looking at a result of this study: there is no sweep, and every arm trains with the demo's settings
+(`SIZES`), which were set before the demo's runs (``docs/evidence/real_model_demo.md``); a method whose best learning
+rate differs from the shared one is judged at a rate not its own, and the page says so. The task and its answer format
+were chosen before, by the screening, on the very problems the claims are judged on (`tasks.REAL_MODEL_SELECTION`):
+the page's setting declares it, and every claim is exploratory.
 
 Sizing (the pilot): the demo's two seeds of stock GRPO + LoRA on the same task and sizes (``real_model_demo.jsonl``,
 32 held-out problems x 8 samples). The difference of two runs' held-out pass@1 per problem has variance 0.033, all of

@@ -12,7 +12,13 @@ from .. import base_steps
 from ..budgets import prompts_trained, run_max_steps, updates_made
 from ..judging import judged_records
 from ..markdown import interval, marked, seed_ranges, signed, table
-from ..mechanisms import prediction, prediction_table_markdown, quintile_table_markdown, units_from_records
+from ..mechanisms import (
+    prediction,
+    prediction_rule_changes,
+    prediction_table_markdown,
+    quintile_table_markdown,
+    units_from_records,
+)
 from ..pages import (
     BOOTSTRAP_SEED,
     NUM_RESAMPLES,
@@ -133,6 +139,10 @@ def mechanism_blocks(page: "Page", setting: PageSetting, task: str, records: lis
     return blocks
 
 
+# The claim the mechanisms' predictions judge, as the index's table of claims without a paired verdict names it.
+MECHANISMS_CLAIM = "Negative interference and winner-take-all drive the shrink"
+
+
 def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[dict]], root: Path) -> dict[str, str]:
     """The SELF page's test of the mechanisms by prediction: over every (task, setting, trained arm) unit with at
     least 2 seeds, does more of a mechanism metric go with a lower pass@n change? (`mechanisms.prediction`)."""
@@ -143,7 +153,9 @@ def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[di
         )
         units += units_from_records(records, [(setting.name, dict(setting.match))])
     metrics = ("winner_take_all", "interference_frac", "probe_winner_take_all")
-    predictions = prediction_table_markdown([prediction(units, metric) for metric in metrics])
+    results = [prediction(units, metric) for metric in metrics]
+    predictions = prediction_table_markdown(results)
+    changes = prediction_rule_changes(results, MECHANISMS_CLAIM, f"[{page.study}]({Path(page.path).name})")
     rows = [
         [
             u["task"],
@@ -158,7 +170,8 @@ def mechanism_prediction_block(page: "Page", settings_records: dict[str, list[di
     ]
     header = ["task", "setting", "arm", "seeds", "winner_take_all", "interference_frac", "Δpass@n"]
     unit_table = "\n".join(table(header, rows))
-    return {"mechanisms": predictions, "mechanism_units": unit_table}
+    # "rule_changes": the verdicts here that the rule's v4 moved, which the index lists beside its claims' (report)
+    return {"mechanisms": predictions, "mechanism_units": unit_table, "rule_changes": changes}
 
 
 BASE_STEPS_RECORDS = "docs/evidence/data/base_steps.jsonl"

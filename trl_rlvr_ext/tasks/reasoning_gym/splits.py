@@ -132,7 +132,7 @@ def _train_answers_by_key(drawn: SplitDraw, spec: ReasoningGymSpec) -> dict[tupl
 def near_duplicate_flags(name: str, start: int, stop: int) -> list[bool]:
     """Per held-out row ``start <= i < stop`` of the ``reasoning_gym:`` name, whether it is a reordering of a train
     problem (`near_duplicate_key`): a problem the model was warm-started on under another order, which a comparison
-    of held-out results leaves out (the studies' pages, `trl_rlvr_ext.studies.report`)."""
+    of held-out results leaves out (the evidence pages, rendered by the `lab/` folder of a clone)."""
     spec = parse_name(name)
     drawn = draw_splits(spec)
     if not 0 <= start < stop <= len(drawn.test):
