@@ -10,8 +10,8 @@ the same measurement as the toy's benchmark, on the real weights, tokenizer and 
 1. ``grpo``: the loss path (forward + backward, where the options live) of stock ``trl.GRPOTrainer`` and of
    ``RLVRGRPOTrainer`` with each option (NSR, NSR expected, ACPO, off-policy diagnostics, RSI-S interval and
    quantile), interleaved on one fixed generated batch whose old log-probs carry noise, so the clip binds
-   (`bench/grpo_overhead.py`'s ``loss_path_ratios``); DelTA's work, once per generation batch (its hooked no-grad
-   forward and weights, `bench/delta_overhead.py`'s ``cost_breakdown``); then stock whole steps for the implied step
+   (`bench/grpo_overhead.py`'s ``loss_path_ratios``); DelTA's work, once per generation batch (its hook on TRL's
+   old-log-prob pass and its weights, `bench/delta_overhead.py`'s ``cost_breakdown``); then stock whole steps for the implied step
    ratios 1 + (extra seconds per step) / (stock step seconds), the loss path's extra seconds taken from its median
    per-repeat ratio (robust to load drift) times the stock loss-path seconds. Full weights, ``num_iterations=2``.
 2. ``dpo``: ``ISDPOTrainer`` (and with behaviour columns) against ``trl.DPOTrainer``, steps interleaved on one batch
@@ -79,8 +79,9 @@ def grpo_part(model_path: str, tmp: str, args) -> None:
     delta_implied = 1.0 + delta["total"] / (delta["steps_per_generation_batch"] * stock_step)
     print(f"{'delta':<14}{'-':>17}{delta_implied:>20.3f}")
     print(
-        f"(delta: {delta['total']:.2f} s per generation batch of {delta['steps_per_generation_batch']:g} steps, the "
-        f"same no-grad pass without its hook {delta['plain_pass']:.2f} s; median of {args.repeats} interleaved repeats)"
+        f"(delta: {delta['total']:.3f} s per generation batch of {delta['steps_per_generation_batch']:g} steps, its "
+        f"hook riding on TRL's old-log-prob pass of {delta['plain_pass']:.2f} s; without reuse its own pass and "
+        f"weights {delta['own_pass']:.2f} s; median of {args.repeats} interleaved repeats)"
     )
     print(
         f"(loss path: median of {args.repeats} interleaved repeats on one batch, stock {loss['stock_seconds']:.2f} s; "
