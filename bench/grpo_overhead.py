@@ -35,6 +35,7 @@ from transformers import PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+from trl_rlvr_ext.grpo.method import HOOKS, active_methods
 from trl_rlvr_ext.toy import save_tiny_model
 
 
@@ -146,7 +147,8 @@ def loss_path_ratios(
 
     ``arms``: "stock" first, then keys of `ARM_OPTIONS`. ``trainer_options`` go to `make_trainer` (device, precision,
     batch and completion sizes)."""
-    # one trainer for every arm (the options are switched per call); built with NSR on, so its seed is set
+    # one trainer for every arm (the options and the methods are switched per call); built with NSR on, so its seed
+    # is set
     trainer = make_trainer("acpo_nsr", model_path, 2, out_dir, **trainer_options)
     trainer.train()  # moves the ratio away from 1 (two updates), so the clip is active on the next batch
     model = trainer.model
@@ -166,10 +168,22 @@ def loss_path_ratios(
     def stock_loss(inp):
         return GRPOTrainer._compute_loss(trainer, model, inp)
 
+    def arm_hooks(arm):
+        """The methods' hooks of a trainer built with the arm's options (the trainer's own were built for one arm)."""
+        for name, value in {**_OFF, **ARM_OPTIONS[arm]}.items():
+            setattr(trainer.args, name, value)
+        methods = [cls() for cls in active_methods(trainer.args)]
+        for method in methods:
+            method.setup(trainer)
+        return {hook: [m for m in methods if hook in type(m).acts_on()] for hook in HOOKS}
+
     def arm_loss(arm):
+        hooks = arm_hooks(arm)
+
         def fn(inp):
             for name, value in {**_OFF, **ARM_OPTIONS[arm]}.items():
                 setattr(trainer.args, name, value)
+            trainer._hooks = hooks
             return RLVRGRPOTrainer._compute_loss(trainer, model, inp)
 
         return fn
