@@ -2,8 +2,8 @@
 
     python bench/popo_overhead.py [--rounds 5] [--steps 10] [--hidden 64] [--layers 4]
     python bench/popo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
-    python bench/popo_overhead.py --model smollm2-135m-instruct --threads 1 --batch 8 --rounds 0 --repeats 7
-                                  # where the time goes, on the real model (the loss paths, the EMA forward and update)
+    python bench/popo_overhead.py --model smollm2-135m-instruct --threads 1 --batch 8 --dtype float32 --rounds 0 \
+        --repeats 7               # where the time goes, on the real model (the loss paths, the EMA forward, update)
 
 POPO replaces TRL's loss, so bench/grpo_overhead.py's loss-path timing (one trainer whose options are switched per
 call) does not apply: a POPO trainer holds an EMA copy and a predictor built at construction. Here stock
