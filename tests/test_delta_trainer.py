@@ -133,6 +133,29 @@ def test_the_shared_pass_gives_the_own_pass_weights_to_the_bit(tiny_model_path, 
     assert torch.equal(shared, own) and (shared[output["completion_mask"].bool()] != 1).any()
 
 
+def test_a_batch_the_shared_pass_did_not_score_gets_the_own_pass_and_a_warning(
+    tiny_model_path, tmp_path, monkeypatch, caplog
+):
+    """A batch whose old log-probs are not the tensor TRL's pass returned (here: rebuilt, as a method might) is never
+    weighed from the captured states: DelTA makes its own pass, with the same weights, and warns once."""
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, token_credit="delta", max_steps=1))
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
+    )
+    method = trainer.method("delta")
+    trainer.model.train()
+    rows = [dict(trainer.train_dataset[i]) for i in range(8)]
+    # TRL's scoring with DelTA's hook on its old-log-prob pass (the weights not yet added), as in training
+    output = method.shared_pass.wrap(lambda r: GRPOTrainer._generate_and_score_completions(trainer, r), rows)
+    assert method.shared_pass.captured is not None
+    rebuilt = dict(output, old_per_token_logps=output["old_per_token_logps"].clone())
+    with caplog.at_level("WARNING", logger=delta_method.__name__):
+        weights = method.token_weights(rebuilt)
+    assert "made its own forward pass" in caplog.text
+    monkeypatch.setattr(method, "shared_pass", None)
+    assert torch.equal(weights, method.token_weights(output))  # the own pass's weights
+
+
 def test_dropout_keeps_the_own_pass_and_says_why(tiny_model_path, tmp_path, caplog):
     """With LoRA dropout, TRL's training-mode pass would differ from the authors' eval-mode pass: DelTA makes its own
     and the log says why."""

@@ -142,7 +142,7 @@ class Delta(GRPOMethod):
 
     def setup(self, trainer) -> None:
         super().setup(trainer)
-        self.shared_pass = None
+        self.shared_pass, self._own_pass_said = None, False
         why = self._why_not_shared()
         if why is None:
             backbone = lm_backbone(trainer, f"token_credit={self.args.token_credit!r}")
@@ -193,6 +193,13 @@ class Delta(GRPOMethod):
         if shared is not None:
             captured, logps = shared
         else:
+            if self.shared_pass is not None and not self._own_pass_said:  # expected the shared pass: say why not
+                self._own_pass_said = True
+                logger.warning(
+                    "token_credit='delta': TRL's old-log-prob pass did not score this generation batch as it reached "
+                    "DelTA (another method rebuilt the batch, or the installed TRL scores it differently), so DelTA "
+                    "made its own forward pass: the same weights, one extra forward per generation batch."
+                )
             captured = []
             # Without dropout (LoRA's included), as the authors' pass runs (`actor_module.eval()`): the weights are a
             # deterministic function of the batch, and this pass draws nothing from the global RNG.
