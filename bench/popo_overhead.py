@@ -1,6 +1,7 @@
 """Per-step cost of POPO (`objective="popo"`) against stock TRL GRPO, whole steps alternated in one process.
 
     python bench/popo_overhead.py [--rounds 5] [--steps 10] [--hidden 64] [--layers 4]
+    python bench/popo_overhead.py --quick     # make bench-quick's run (bench/quick.py): 3 rounds of 4 steps
     python bench/popo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
 
 POPO replaces TRL's loss, so bench/grpo_overhead.py's loss-path timing (one trainer whose options are switched per
@@ -55,7 +56,9 @@ def step_ratios(model_path: str, out_dir: str, rounds: int, steps: int, **option
 
 
 def main():
-    parser = grpo_overhead.common_parser(__doc__, rounds=5, steps=10, repeats=0)
+    parser = grpo_overhead.common_parser(
+        __doc__, rounds=5, steps=10, repeats=0, quick_settings={"rounds": 3, "steps": 4}
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         options, model_path, shape = grpo_overhead.setup(parser, args, tmp)
@@ -69,6 +72,8 @@ def main():
         f"whole-step ratio (median of {args.rounds} rounds x {args.steps} steps): {result['ratio']:.3f} "
         f"(stock {result['stock_seconds'] * 1e3:.0f} ms per step)"
     )
+    if args.quick:
+        grpo_overhead.quick.report("popo", result["ratio"])
     return result
 
 
