@@ -58,7 +58,8 @@ def acpo_work(model_path: str, out_dir: str, repeats: int, **trainer_options) ->
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
             model, ids, attention, inputs["completion_ids"].size(1)
         )
-    ratio = torch.exp(0.3 * torch.randn_like(logps))
+    log_ratio = 0.3 * torch.randn_like(logps)
+    ratio = torch.exp(log_ratio)
     mask, advantages = inputs["completion_mask"], inputs["advantages"].unsqueeze(1)
 
     def global_masked_mean(x):  # TRL's, on one process
@@ -69,7 +70,9 @@ def acpo_work(model_path: str, out_dir: str, repeats: int, **trainer_options) ->
         def fn():
             for name, value in {**grpo_overhead._OFF, **grpo_overhead.ARM_OPTIONS[variant]}.items():
                 setattr(trainer.args, name, value)
-            # no DelTA here: the inputs (where its weights travel) are not read
+            # no DelTA here: the inputs (where its weights travel) are not read. ACPO's clamp of the log-ratio runs
+            # first, as in TRL's loss (the `log_ratio` hook): it keeps the clamped tokens its metrics read
+            trainer.method("clip_objective").log_ratio(log_ratio)
             loss, state = trainer._clip_objective_loss(ratio, advantages, logps, mask, {})
             trainer._log_clip_objective("train", state, mask, global_masked_mean)
             return loss
