@@ -6,8 +6,10 @@
 
 Each entry of `BENCHES` runs in a process of its own (a crash shows as that entry's exit status, and the others still
 run) under a time budget of its own (past it, the process group is killed and the entry counts as failed). Every
-process's output is printed as it ends. A benchmark reports its ratios as ``quick-ratio <name> <ratio>`` lines
-(`report`); the targets are bench/targets.py's, each declared once. The summary comes last:
+process's standard output is printed as it ends; its standard error (warnings, progress bars) stays in its log,
+``<entry>.err.log``, and its end is printed when the run failed. A benchmark reports its ratios as
+``quick-ratio <name> <ratio>`` lines (`report`); the targets are bench/targets.py's, each declared once. The summary
+comes last:
 
     total 412 s (limit 600 s) ok
     bench nsr: ratio 1.011 (target <= 1.03) ok
@@ -31,29 +33,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TOTAL_LIMIT_S = 600  # issue 46: every quick run together in at most 10 minutes on 2 cores
 REPORT_PREFIX = "quick-ratio"
+ERR_TAIL = 40  # lines of a failed run's stderr printed (all of it is in its log)
 
 # entry: (command after the interpreter, budget in seconds). Adding a benchmark is one line here (and its options'
-# targets in bench/targets.py). Budgets are about twice each entry's time on an idle 2-core machine.
+# targets in bench/targets.py). A budget is about twice the entry's CPU seconds as measured in a run of this script
+# (bench/RESULTS.md), at least a minute: on an idle 2-core machine the entries take about 4-5 minutes in all, 2 at a
+# time, the real model's GRPO options (about 2.5 minutes) the longest.
 BENCHES = {
     "real_model:grpo": (["bench/real_model.py", "--quick", "--parts", "grpo"], 300),
     "real_model:dpo": (["bench/real_model.py", "--quick", "--parts", "dpo"], 150),
-    "real_model:lora_init": (["bench/real_model.py", "--quick", "--parts", "lora_init"], 120),
-    "poise": (["bench/poise_overhead.py", "--quick"], 120),
-    "popo": (["bench/popo_overhead.py", "--quick"], 120),
-    "relex": (["bench/relex.py", "--quick"], 90),
-    "curation": (["bench/curation_overhead.py", "--quick"], 120),
-    "dynamic_sampling": (["bench/dynamic_sampling.py", "--quick"], 120),
-    "reward_timeout": (["bench/reward_timeout.py", "--quick"], 90),
+    "real_model:lora_init": (["bench/real_model.py", "--quick", "--parts", "lora_init"], 60),
+    "poise": (["bench/poise_overhead.py", "--quick"], 60),
+    "popo": (["bench/popo_overhead.py", "--quick"], 60),
+    "relex": (["bench/relex.py", "--quick"], 60),
+    "curation": (["bench/curation_overhead.py", "--quick"], 60),
+    "dynamic_sampling": (["bench/dynamic_sampling.py", "--quick"], 60),
+    "reward_timeout": (["bench/reward_timeout.py", "--quick"], 60),
     # the toy's runs of the options measured on the real model above: they run, their ratios are not checked
-    "grpo_overhead": (["bench/grpo_overhead.py", "--quick"], 90),
-    "acpo_overhead": (["bench/acpo_overhead.py", "--quick"], 90),
-    "rsi_overhead": (["bench/rsi_overhead.py", "--quick"], 90),
-    "delta_overhead": (["bench/delta_overhead.py", "--quick"], 90),
-    "dpo_overhead": (["bench/dpo_overhead.py", "--quick"], 90),
+    "grpo_overhead": (["bench/grpo_overhead.py", "--quick"], 60),
+    "acpo_overhead": (["bench/acpo_overhead.py", "--quick"], 60),
+    "rsi_overhead": (["bench/rsi_overhead.py", "--quick"], 60),
+    "delta_overhead": (["bench/delta_overhead.py", "--quick"], 60),
+    "dpo_overhead": (["bench/dpo_overhead.py", "--quick"], 60),
     "lora_init": (["bench/lora_init.py", "--quick"], 60),
-    "cli_help": (["bench/cli_help.py", "--quick"], 90),
-    "vllm_cpu": (["bench/vllm_cpu.py", "--quick"], 180),
-    "sharding_cpu": (["bench/sharding_cpu.py", "--quick"], 180),
+    # no option target: their exit status counts
+    "cli_help": (["bench/cli_help.py", "--quick"], 60),
+    "vllm_cpu": (["bench/vllm_cpu.py", "--quick"], 90),
+    "sharding_cpu": (["bench/sharding_cpu.py", "--quick"], 150),  # two processes per launch, both cores
+    # the vLLM LoRA adapter sync's benchmark goes here, e.g. "vllm_lora": (["bench/vllm_lora.py", "--quick"], 120)
 }
 
 _REPORT = re.compile(rf"^{REPORT_PREFIX} (?P<name>[A-Za-z0-9_]+) (?P<ratio>\S+)$")
@@ -108,7 +115,9 @@ def parse_summary_line(line: str) -> dict | None:
 def _start(name: str, log_dir: Path, budget_scale: float) -> dict:
     command, budget = BENCHES[name]
     budget *= budget_scale
-    log = (log_dir / f"{name.replace(':', '-')}.log").open("w")
+    stem = log_dir / name.replace(":", "-")
+    log = open(f"{stem}.log", "w")  # noqa: SIM115 (closed in _finish, when the process ends)
+    err = open(f"{stem}.err.log", "w")  # noqa: SIM115
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -119,19 +128,24 @@ def _start(name: str, log_dir: Path, budget_scale: float) -> dict:
         "PYTHONUNBUFFERED": "1",
     }
     proc = subprocess.Popen(
-        [sys.executable, *command], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        [sys.executable, *command], cwd=ROOT, env=env, stdout=log, stderr=err, start_new_session=True
     )
-    return {"name": name, "proc": proc, "log": log, "start": time.monotonic(), "budget": budget}
+    return {"name": name, "proc": proc, "log": log, "err": err, "start": time.monotonic(), "budget": budget}
 
 
 def _finish(run: dict, code: int, cpu: float, timed_out: bool) -> dict:
     run["log"].close()
+    run["err"].close()
     seconds = time.monotonic() - run["start"]
     text = Path(run["log"].name).read_text(errors="replace")
     status = f"killed after its budget of {run['budget']:.0f} s" if timed_out else f"exit {code}"
     print(f"\n=== {run['name']}: {' '.join(BENCHES[run['name']][0])} ({status}, {seconds:.0f} s)", flush=True)
     print(text.rstrip(), flush=True)
     failed = timed_out or code != 0
+    if failed:  # its warnings and progress bars stay in the log; a failure shows the end of them
+        errors = Path(run["err"].name).read_text(errors="replace").splitlines()
+        print(f"--- the last {min(len(errors), ERR_TAIL)} lines of its stderr ({run['err'].name}):", flush=True)
+        print("\n".join(errors[-ERR_TAIL:]), flush=True)
     return {"seconds": seconds, "cpu": cpu, "status": status, "failed": failed, "ratios": parse_reports(text)}
 
 

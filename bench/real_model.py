@@ -161,7 +161,7 @@ def precision_part(model_path: str, tmp: str, args) -> None:
 # bench/targets.py's names for this benchmark's options, where they differ from the arm's
 QUICK_NAMES = {"diag": "diagnostics"}
 # --quick: `make bench-quick`'s settings (bench/quick.py), the parts whose options have targets
-QUICK = {"parts": "grpo,dpo,lora_init", "repeats": 3, "stock_steps": 2, "dpo_steps": 6, "lora_repeats": 5}
+QUICK = {"parts": "grpo,dpo,lora_init", "repeats": 5, "stock_steps": 2, "dpo_steps": 10, "lora_repeats": 5}
 
 
 def quick_summary(results: dict) -> None:
