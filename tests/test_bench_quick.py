@@ -116,6 +116,7 @@ def test_summary_puts_one_line_per_option_last_and_fails_on_a_crash_or_a_miss():
     assert "bench poise: ratio - (target <= 1.12) MISS" in lines
     assert "bench acpo: ratio - (target <= 1.03) MISS" in lines  # not reported
     assert "poise: exit 1, 12 s, CPU 6 s" in lines and "total 42 s (limit 600 s) ok" in lines
+    assert "CPU 34 s over all runs: on an idle 2-core machine, about 28 s at 2 jobs" in lines  # the longest run
 
     fine = {"real_model:grpo": {**ok, "ratios": dict.fromkeys(expected[:7], 1.0)}}
     lines, passed = quick.summarize(fine, total_seconds=100.0)
