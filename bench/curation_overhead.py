@@ -63,6 +63,7 @@ def instrument(trainer, timers: dict) -> None:
 
 def main():
     args = parse_args()
+    from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
@@ -105,6 +106,7 @@ def main():
         for name, (trainer_cls, config_cls, extra) in variants.items():
             config = config_cls(output_dir=os.path.join(workdir, f"{name}_{round_}"), **common, **extra)
             trainer = trainer_cls(model=model_path, reward_funcs=toy_accuracy_reward, args=config, train_dataset=data)
+            trainer.remove_callback(PrinterCallback)  # the step times are read from the state, not printed
             timers = {"generation": 0.0}
             instrument(trainer, timers)
             trainer.train()

@@ -20,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from datasets import Dataset
-from transformers import TrainerCallback
+from transformers import PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
@@ -64,6 +64,7 @@ def _run(arm, model_path, out, steps, every):
         "report_to": "none",
         "use_cpu": True,
         "seed": 0,
+        "disable_tqdm": True,
     }
     dataset = Dataset.from_dict({"prompt": [f"{i}+{2 * i}=" for i in range(64)]})
     if arm == "stock":
@@ -71,6 +72,7 @@ def _run(arm, model_path, out, steps, every):
     else:
         args = RLVRGRPOConfig(**kwargs, relex_record_steps=every)
         trainer = RLVRGRPOTrainer(model=model_path, reward_funcs=_reward, args=args, train_dataset=dataset)
+    trainer.remove_callback(PrinterCallback)  # the logs are read from the state, not printed
     timer = _StepTimes()
     trainer.add_callback(timer)  # after the recorder: its on_step_end time is inside the step
     trainer.train()
