@@ -1,6 +1,7 @@
 """Per-step cost of DelTA's token credit (`token_credit="delta"`) against stock TRL GRPO, side by side in one process.
 
     python bench/delta_overhead.py [--rounds 5] [--steps 10] [--repeats 20] [--hidden 64] [--layers 4]
+    python bench/delta_overhead.py --quick     # make bench-quick's run (bench/quick.py): 1 round of 4 steps, 3 repeats
     python bench/delta_overhead.py --shape qwen2-0.5b --rounds 2 --steps 4 --repeats 3 --batch 8 \
         --completion-length 4 --threads 2                     # Qwen2.5-0.5B's shape (random weights, built here), CPU
     python bench/delta_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
@@ -171,7 +172,9 @@ def cost_breakdown(model_path: str, out_dir: str, repeats: int, **trainer_option
 
 
 def main():
-    parser = grpo_overhead.common_parser(__doc__, rounds=5, steps=10, repeats=20)
+    parser = grpo_overhead.common_parser(
+        __doc__, rounds=5, steps=10, repeats=20, quick_settings={"rounds": 1, "steps": 4, "repeats": 3}
+    )
     args = parser.parse_args()
     if args.steps <= SKIP_STEPS:
         parser.error(f"--steps must be above {SKIP_STEPS} (the first rollout's steps are dropped).")

@@ -2,6 +2,7 @@
 
     python bench/dpo_overhead.py [--rounds 5] [--steps 40] [--batch 16] [--hidden 64] [--layers 4] [--behavior]
     python bench/dpo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --prompt-chars 400 --behavior  # GPU
+    python bench/dpo_overhead.py --quick      # make bench-quick's run (bench/quick.py): 2 rounds x 10 steps
 
 Builds stock `trl.DPOTrainer` and `ISDPOTrainer` (importance_sampling=True, behaviour policy = the reference; with
 `--behavior` also an arm whose behaviour log-probs come from dataset columns) on the same model, data and seed. Each
@@ -36,8 +37,10 @@ from trl_rlvr_ext.toy.preference import make_toy_preference_dataset
 
 try:  # run as a script (bench/ on sys.path) or imported as bench.dpo_overhead
     from model_shapes import SHAPES, save_shaped_model
+    from quick import quick_defaults
 except ImportError:
     from bench.model_shapes import SHAPES, save_shaped_model
+    from bench.quick import quick_defaults
 
 FILLER = "Answer the question below with a single number, and nothing else. "
 
@@ -152,6 +155,7 @@ def main():
     )
     parser.add_argument("--shape", choices=["tiny", *SHAPES], default="tiny", help="tiny: --hidden x --layers")
     parser.add_argument("--prompt-chars", type=int, default=0, help="filler characters before each toy prompt")
+    quick_defaults(parser, None, rounds=2, steps=10, behavior=True)
     cli = parser.parse_args()
     if cli.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here.")

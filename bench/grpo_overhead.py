@@ -1,6 +1,7 @@
 """Per-step cost of NSR clip recovery against stock TRL GRPO, side by side in one process.
 
     python bench/grpo_overhead.py [--rounds 5] [--steps 10] [--repeats 30] [--hidden 64] [--layers 4]
+    python bench/grpo_overhead.py --quick     # make bench-quick's run (bench/quick.py): 1 round of 4 steps, 5 loss-path repeats
     python bench/grpo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
 
 Two measurements, both stock `trl.GRPOTrainer` vs `RLVRGRPOTrainer` (``clip_recovery="nsr"`` and ``"nsr_expected"``)
@@ -40,8 +41,10 @@ from trl_rlvr_ext.toy import save_tiny_model
 
 
 try:  # run as a script (bench/ on sys.path) or imported as bench.grpo_overhead
+    import quick
     from model_shapes import SHAPES, save_shaped_model
 except ImportError:
+    from bench import quick
     from bench.model_shapes import SHAPES, save_shaped_model
 
 
@@ -230,8 +233,15 @@ def alternated_rounds(arms, model_path, steps, rounds, tmp, skip=1, aggregate=st
     return ratios, stock_steps
 
 
-def common_parser(doc: str, rounds: int, steps: int, repeats: int) -> argparse.ArgumentParser:
-    """The options every step-time benchmark here shares (bench/acpo_overhead.py, bench/delta_overhead.py too)."""
+# --quick (`make bench-quick`, bench/quick.py): one round of whole steps past the warm-up cycle, a few loss-path repeats
+QUICK = {"rounds": 1, "steps": 4, "repeats": 5}
+
+
+def common_parser(
+    doc: str, rounds: int, steps: int, repeats: int, quick_settings: dict | None = None
+) -> argparse.ArgumentParser:
+    """The options every step-time benchmark here shares (bench/acpo_overhead.py, bench/delta_overhead.py too);
+    ``quick_settings``: those of ``--quick`` (default `QUICK`)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--steps", type=int, default=steps)
@@ -249,6 +259,7 @@ def common_parser(doc: str, rounds: int, steps: int, repeats: int) -> argparse.A
     parser.add_argument("--shape", choices=["tiny", *SHAPES], default="tiny", help="tiny: --hidden x --layers")
     parser.add_argument("--completion-length", type=int, default=16)
     parser.add_argument("--batch", type=int, default=32, help="completions per step (groups of 8)")
+    quick.quick_defaults(parser, None, **(QUICK if quick_settings is None else quick_settings))
     return parser
 
 

@@ -1,6 +1,7 @@
 """Per-step cost of POPO (`objective="popo"`) against stock TRL GRPO, whole steps alternated in one process.
 
     python bench/popo_overhead.py [--rounds 5] [--steps 10] [--hidden 64] [--layers 4]
+    python bench/popo_overhead.py --quick     # make bench-quick's run (bench/quick.py): 3 rounds of 4 steps
     python bench/popo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
     python bench/popo_overhead.py --model smollm2-135m-instruct --threads 1 --batch 8 --dtype float32 --rounds 0 \
         --repeats 7               # where the time goes, on the real model (the loss paths, the EMA forward, update)
@@ -120,7 +121,9 @@ def cost_breakdown(model_path: str, out_dir: str, repeats: int, **options) -> di
 
 
 def main():
-    parser = grpo_overhead.common_parser(__doc__, rounds=5, steps=10, repeats=0)
+    parser = grpo_overhead.common_parser(
+        __doc__, rounds=5, steps=10, repeats=0, quick_settings={"rounds": 3, "steps": 4}
+    )
     parser.add_argument("--model", default=None, help="a pretrained name or a local model path (instead of --shape)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -144,6 +147,8 @@ def main():
         f"whole-step ratio (median of {args.rounds} rounds x {args.steps} steps): {result['ratio']:.3f} "
         f"(stock {result['stock_seconds'] * 1e3:.0f} ms per step)"
     )
+    if args.quick:
+        grpo_overhead.quick.report("popo", result["ratio"])
     return result
 
 

@@ -1,6 +1,7 @@
 """GRPO step time with vLLM's CPU build (colocate) against transformers ``generate``, side by side in one process.
 
     python bench/vllm_cpu.py [--rounds 2] [--steps 6] [--batch 8] [--completion-length 32]
+    python bench/vllm_cpu.py --quick      # make bench-quick's run (bench/quick.py): 1 round of 3 steps, eager vLLM
     python bench/vllm_cpu.py --model smollm2-135m-instruct --arms vllm   # a real pretrained model instead of the shapes
     python bench/vllm_cpu.py --model smollm2-135m-instruct --arms vllm,vllm_server   # colocate and server mode
 
@@ -50,6 +51,11 @@ SHAPES = {
     },
 }
 ARMS = ("transformers", "vllm", "vllm_compiled", "vllm_server")
+
+try:  # run as a script (bench/ on sys.path) or imported as bench.vllm_cpu
+    from quick import quick_defaults
+except ImportError:
+    from bench.quick import quick_defaults
 
 
 def _reexec_in_vllm_venv() -> None:
@@ -130,6 +136,7 @@ def main():
         "--model", default=None, help="A pretrained model name (smollm2-135m-instruct) or path, instead of the shapes."
     )
     parser.add_argument("--arms", default="vllm,vllm_compiled", help="The vLLM arms (transformers always runs).")
+    quick_defaults(parser, None, rounds=1, steps=3, arms="vllm")
     args = parser.parse_args()
     arms = ("transformers", *(a for a in args.arms.split(",") if a))
     unknown = sorted(set(arms) - set(ARMS))
