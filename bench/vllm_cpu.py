@@ -76,11 +76,9 @@ def reward(completions, **kwargs):
     return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
 
 
-def run_arm(arm, model_path, out_dir, steps, batch, completion_length, server_url=None):
-    from datasets import Dataset
-    from transformers import PrinterCallback, TrainerCallback
-
-    from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+def step_timer():
+    """A callback that times every optimizer step (``.times``, seconds)."""
+    from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def __init__(self):
@@ -91,6 +89,15 @@ def run_arm(arm, model_path, out_dir, steps, batch, completion_length, server_ur
 
         def on_step_end(self, args, state, control, **kwargs):
             self.times.append(time.perf_counter() - self.start)
+
+    return StepTimer()
+
+
+def run_arm(arm, model_path, out_dir, steps, batch, completion_length, server_url=None):
+    from datasets import Dataset
+    from transformers import PrinterCallback
+
+    from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 
     vllm = {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": 256}
     vllm["vllm_engine_kwargs"] = {"enforce_eager": arm == "vllm", "dtype": "float32"}
@@ -103,7 +110,7 @@ def run_arm(arm, model_path, out_dir, steps, batch, completion_length, server_ur
         **(vllm if arm.startswith("vllm") else {}),
     )  # fmt: skip
     dataset = Dataset.from_dict({"prompt": [f"{i}+{3 * i}=" for i in range(256)]})
-    timer = StepTimer()
+    timer = step_timer()
     trainer = RLVRGRPOTrainer(model_path, reward, args=args, train_dataset=dataset, callbacks=[timer])
     trainer.remove_callback(PrinterCallback)
     generation_times, generate = [], trainer._generate_single_turn

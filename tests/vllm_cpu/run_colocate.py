@@ -9,8 +9,10 @@ features before it; a feature that raises records its traceback under ``"error"`
 vLLM runs in float32 here unless a feature says ``bf16`` (then vLLM runs bfloat16 against the float32 trainer).
 """
 
+import contextlib
 import gc
 import json
+import logging
 import os
 import sys
 import time
@@ -324,6 +326,20 @@ def f_lora_milora(ctx):
     return _lora(ctx, "milora")
 
 
+@contextlib.contextmanager
+def adapter_sync_log():
+    """The messages the adapter sync (trl_rlvr_ext.grpo.vllm_lora) logs while the block runs."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("trl_rlvr_ext.grpo.vllm_lora")
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
 LORA_CONFIG = {"r": 4, "lora_alpha": 8, "target_modules": "all-linear", "task_type": "CAUSAL_LM"}
 
 
@@ -342,7 +358,7 @@ def lora_adapter_run(model, kwargs, init=None):
     peft_model.eval()
     sequences = [[5 + (7 * i + j) % 250 for j in range(12)] for i in range(4)]
     mode = trainer.vllm_generation.mode
-    tensors = {n: p for n, p in peft_model.named_parameters()}
+    tensors = dict(peft_model.named_parameters())
     out = {
         "sync": type(sync).__name__,
         "gaps": logp_gaps(trainer),
@@ -355,7 +371,9 @@ def lora_adapter_run(model, kwargs, init=None):
         out["vllm_logps"] = vllm_prompt_logps(trainer, sequences)
         with peft_model.disable_adapter():
             out["base_only_logps"] = model_prompt_logps(peft_model, sequences)
-        out["lora_ids"] = sorted(trainer.vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner.list_loras())
+        out["lora_ids"] = sorted(
+            trainer.vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner.list_loras()
+        )
     del trainer
     gc.collect()
     return out
@@ -375,22 +393,13 @@ def f_lora_adapter_pissa(ctx):
 
 def f_lora_adapter_fallback(ctx):
     """DoRA (vLLM's LoRA does not serve it): the merged sync runs, and one log line says why."""
-    import logging
-
     from peft import LoraConfig
 
-    records = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())
-    logger = logging.getLogger("trl_rlvr_ext.grpo.vllm_lora")
-    logger.addHandler(handler)
-    try:
+    with adapter_sync_log() as records:
         config = LoraConfig(**{**LORA_CONFIG, "target_modules": ["q_proj", "v_proj"], "use_dora": True})
         kwargs = base_kwargs(ctx["work"] / "lora_adapter_fallback", max_steps=1, vllm_sync="adapter")
         trainer = build(ctx["model"], digit_reward, kwargs, peft_config=config)
         trainer.train()
-    finally:
-        logger.removeHandler(handler)
     return {"sync": type(trainer._vllm_cpu_sync).__name__, "log": records, "gaps": logp_gaps(trainer)}
 
 
@@ -409,7 +418,9 @@ def f_lora_adapter_resume_pissa(ctx):
     float32 level; resumed with the base withheld, vLLM samples from the wrong weights and the gap shows it."""
     from peft import LoraConfig
 
-    kwargs = base_kwargs(ctx["work"] / "lora_adapter_resume_pissa", num_iterations=1, lora_init="pissa", vllm_sync="adapter")
+    kwargs = base_kwargs(
+        ctx["work"] / "lora_adapter_resume_pissa", num_iterations=1, lora_init="pissa", vllm_sync="adapter"
+    )
     out = resume_pair(ctx["model"], kwargs, trainer_kwargs={"peft_config": LoraConfig(**LORA_CONFIG)})
     checkpoint = Path(kwargs["output_dir"]) / "checkpoint-2"
     withheld = build(
@@ -427,7 +438,9 @@ def f_vllm_private_attributes(ctx):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from trl_contract import VLLM_PRIVATE_ATTRIBUTES, class_uses, load
 
-    return {name: all(class_uses(load(o), name) for o in owners) for name, (owners, _) in VLLM_PRIVATE_ATTRIBUTES.items()}
+    return {
+        name: all(class_uses(load(o), name) for o in owners) for name, (owners, _) in VLLM_PRIVATE_ATTRIBUTES.items()
+    }
 
 
 def f_stock_equivalence(ctx):
@@ -589,24 +602,32 @@ def f_sampling_resume(ctx):
     return resume_pair(ctx["model"], kwargs, strip=("rng_state*.pth",))
 
 
-def f_toy_base_recipe(ctx):
-    """The packaged recipe toy_nsr_vllm runs two steps, on a random model of toy:base's shape (hidden 128, 4 heads, 2
-    KV heads: head size 32, which vLLM's CPU attention accepts; building the warm-started base itself takes minutes)."""
+def run_toy_recipe(work, config):
+    """A packaged toy vLLM recipe through the CLI for two steps, on a random model of toy:base's shape (hidden 128, 4
+    heads, 2 KV heads: head size 32, which vLLM's CPU attention accepts; building the warm-started base itself takes
+    minutes). The CLI tears torch.distributed down at its end: no colocated engine can be built after it in the
+    process. Returns the exit code and what the adapter sync logged."""
     from trl_rlvr_ext.scripts import grpo
     from trl_rlvr_ext.toy import WarmStartSettings, save_tiny_model
 
     settings = WarmStartSettings()
     model = save_tiny_model(
-        ctx["work"] / "toy-base-shape", hidden_size=settings.hidden_size, num_hidden_layers=1,
+        work / "toy-base-shape", hidden_size=settings.hidden_size, num_hidden_layers=1,
         num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_key_value_heads,
         intermediate_size=settings.intermediate_size,
     )  # fmt: skip
-    out_dir = ctx["work"] / "recipe"
-    code = grpo.cli_main(
-        ["--config", "toy_nsr_vllm", "--max_steps", "2", "--output_dir", str(out_dir), "--logging_steps", "1",
-         "--model_name_or_path", model, "--per_device_train_batch_size", "16", "--num_generations", "4"]
-    )  # fmt: skip
-    return {"code": code}
+    with adapter_sync_log() as records:
+        code = grpo.cli_main(
+            ["--config", config, "--max_steps", "2", "--output_dir", str(work / f"recipe-{config}"),
+             "--logging_steps", "1", "--model_name_or_path", model, "--per_device_train_batch_size", "16",
+             "--num_generations", "4"]
+        )  # fmt: skip
+    return {"code": code, "log": records}
+
+
+def f_toy_base_recipe(ctx):
+    """The packaged recipe toy_nsr_vllm runs two steps (`run_toy_recipe`)."""
+    return run_toy_recipe(ctx["work"], "toy_nsr_vllm")
 
 
 def f_eval_curate_cli(ctx):

@@ -35,6 +35,8 @@ import os
 import shutil
 import tempfile
 import time
+import uuid
+import weakref
 
 import torch
 
@@ -177,8 +179,12 @@ class CPUAdapterSync(CPUWeightSync):
         self.lora_id = 0
         self.request = None  # the colocated engine's current LoRARequest
         self.adapter_name = None  # the server's current adapter name
+        self.run_id = uuid.uuid4().hex[
+            :12
+        ]  # the server's adapter names are this trainer's own (a server outlives runs)
         self.sent: list[dict] = []
-        self._folders: list[str] = []
+        self._folders: list[str] = []  # the server's adapter folders still on disk (the last one it loaded)
+        weakref.finalize(self, _remove_folders, self._folders)
         if generation.mode == "colocate":
             llm, original = generation.llm, generation.llm.generate
 
@@ -271,7 +277,7 @@ class CPUAdapterSync(CPUWeightSync):
         save_file(adapter, os.path.join(folder, "adapter_model.safetensors"))
         with open(os.path.join(folder, "adapter_config.json"), "w") as f:
             json.dump(adapter_config_dict(self.model), f)
-        name = f"{ADAPTER_NAME}_{os.getpid()}_{self.num_syncs + 1}"
+        name = f"{ADAPTER_NAME}_{self.run_id}_{self.num_syncs + 1}"
         response = client.session.post(
             f"{client.base_url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path": folder}
         )
@@ -291,6 +297,11 @@ class CPUAdapterSync(CPUWeightSync):
         self._folders.append(folder)
         client.reset_prefix_cache()
         self._record(adapter, base, start)
+
+
+def _remove_folders(folders: list[str]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def add_adapter_in_memory(model_runner, lora_id: int, tensors: dict, config: dict):
