@@ -52,8 +52,8 @@ SHAPES = {
 ARMS = ("transformers", "vllm", "vllm_compiled", "vllm_server")
 
 
-def _reexec_in_vllm_venv() -> None:
-    """Run this script again with the vLLM venv's python when vLLM is not importable here."""
+def _reexec_in_vllm_venv(script: str = __file__) -> None:
+    """Run ``script`` (this one by default) again with the vLLM venv's python when vLLM is not importable here."""
     import importlib.util
 
     if importlib.util.find_spec("vllm") is not None:
@@ -65,11 +65,11 @@ def _reexec_in_vllm_venv() -> None:
     python = default_venv_dir() / "bin" / "python"
     if not python.exists():
         sys.exit(
-            f"bench/vllm_cpu.py needs the vLLM CPU venv; none at {python.parent.parent}. Create it with "
+            f"bench/{Path(script).name} needs the vLLM CPU venv; none at {python.parent.parent}. Create it with "
             f"`python -m trl_rlvr_ext.scripts.setup_vllm_cpu {python.parent.parent}` (or set TRL_RLVR_EXT_VLLM_VENV)."
         )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    os.execve(str(python), [str(python), __file__, *sys.argv[1:]], env)
+    os.execve(str(python), [str(python), script, *sys.argv[1:]], env)
 
 
 def reward(completions, **kwargs):

@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     rounds = args.rounds or (2 if args.quick else 3)
     syncs = args.syncs or (3 if args.quick else 5)
-    _reexec_in_vllm_venv()
+    _reexec_in_vllm_venv(__file__)
     import vllm
 
     from trl_rlvr_ext.data import resolve_model_name_or_path

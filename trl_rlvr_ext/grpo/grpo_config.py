@@ -127,11 +127,7 @@ class RLVRGRPOConfig(*_METHOD_ARGS, LoraInitArguments, GRPOConfig):
         sync = getattr(self, "vllm_sync", "merged")
         if sync not in ("merged", "adapter"):
             raise ValueError(f"vllm_sync must be 'merged' or 'adapter', got {sync!r}.")
-        if sync == "adapter" and not self.use_vllm:
-            raise ValueError(
-                "vllm_sync='adapter' chooses how weights reach vLLM, but use_vllm=False: set use_vllm=True (with a "
-                "LoRA peft_config), or leave vllm_sync='merged'."
-            )
+        # With use_vllm=False nothing syncs and the field is inert (a vLLM recipe run with `--use_vllm false`)
         if sync == "adapter" and getattr(self, "vllm_enable_sleep_mode", False):
             raise ValueError(
                 "vllm_sync='adapter' keeps the base weights in vLLM, but vllm_enable_sleep_mode=True discards them at "

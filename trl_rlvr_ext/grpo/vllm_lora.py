@@ -40,13 +40,14 @@ import weakref
 
 import torch
 
-from ..scripts.vllm_serve import engine_lora_rank
 from .vllm_cpu import CPUWeightSync, reload_weights
 
 
 logger = logging.getLogger(__name__)
 
 VLLM_SYNC_MODES = ("merged", "adapter")
+# vllm.config.lora.MaxLoRARanks (vLLM 0.32): the engine's max_lora_rank must be one of these
+VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # The decoder's linear layers vLLM wraps with LoRA in its Llama/Qwen2/Mistral-style models (checkpoint names; vLLM
 # packs q/k/v into qkv_proj and gate/up into gate_up_proj and splits the adapter accordingly)
 DECODER_LORA_MODULES = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"})
@@ -56,6 +57,14 @@ ADAPTER_NAME = "trl_rlvr_ext_adapter"
 ADAPTER_FALLBACK_LOG = (
     "vllm_sync='adapter': {reason}; the merged sync runs instead (every weight crosses at each sync)."
 )
+
+
+def engine_lora_rank(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of rank ``rank``."""
+    for allowed in VLLM_MAX_LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank ({VLLM_MAX_LORA_RANKS[-1]}).")
 
 
 def config_refusal(lora_config) -> str | None:

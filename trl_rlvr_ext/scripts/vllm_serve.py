@@ -28,8 +28,6 @@ import urllib.request
 
 PROG = "trl-rlvr-ext vllm-serve"
 WORKER_EXTENSION = "trl_rlvr_ext.grpo.vllm_cpu.CPUWeightSyncExtension"  # the same string as in grpo/vllm_cpu.py
-# vllm.config.lora.MaxLoRARanks (vLLM 0.32): the engine's max_lora_rank must be one of these
-VLLM_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def make_parser() -> argparse.ArgumentParser:
@@ -52,14 +50,6 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def engine_lora_rank(rank: int) -> int:
-    """The smallest ``max_lora_rank`` vLLM accepts that holds an adapter of rank ``rank``."""
-    for allowed in VLLM_MAX_LORA_RANKS:
-        if allowed >= rank:
-            return allowed
-    raise ValueError(f"LoRA rank {rank} is above vLLM's largest max_lora_rank ({VLLM_MAX_LORA_RANKS[-1]}).")
-
-
 def build_command(args: argparse.Namespace, model_path: str, extra: list[str]) -> list[str]:
     command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model_path]
     command += ["--host", args.host, "--port", str(args.port), "--dtype", args.dtype]
@@ -68,6 +58,8 @@ def build_command(args: argparse.Namespace, model_path: str, extra: list[str]) -
     if not args.compile:
         command += ["--enforce-eager"]
     if args.lora_rank is not None:  # vLLM takes only some ranks: the smallest that holds the adapter's
+        from ..grpo.vllm_lora import engine_lora_rank
+
         command += ["--enable-lora", "--max-lora-rank", str(engine_lora_rank(args.lora_rank)), "--max-loras", "1"]
     command += ["--worker-extension-cls", WORKER_EXTENSION]
     command += ["--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
