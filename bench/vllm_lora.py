@@ -13,10 +13,11 @@ linear layer of the decoder: 4.9 M adapter parameters).
   its ``sync_weights`` called ``--syncs`` times after one untimed warm-up call (the adapter arm's first call also
   compares the base with the checkpoint, once per run); arms alternate over ``--rounds`` rounds. Printed: the median
   sync time per arm and their ratio (adapter / merged).
-- **Step** (full mode): one GRPO run per arm and round (``generate``: transformers ``generate`` with the PEFT model;
-  ``vllm_merged``, ``vllm_adapter``: colocated vLLM), alternated; the median optimizer step after the first (a step
-  includes its weight sync and generation), and the median time ``sync_weights`` took inside the runs. Printed: the
-  ratios ``generate`` / vLLM (> 1: vLLM faster).
+- **Step** (full mode): one GRPO run per arm and round, each in a process of its own (a process keeps every
+  colocated engine it built), alternated (``generate``: transformers ``generate`` with the PEFT model;
+  ``vllm_merged``, ``vllm_adapter``: colocated vLLM); the median optimizer step after the first (a step includes
+  its weight sync and generation), and the median time ``sync_weights`` took inside the runs. Printed: the ratios
+  ``generate`` / vLLM (> 1: vLLM faster).
 
 The last line is ``bench adapter: ratio <x> (target <= <y>) ok|MISS``: x = median adapter sync / median merged sync.
 The target, 0.25, is set so that the sync stops deciding the step: the merged sync reloads 134.5 M parameters; the
@@ -26,8 +27,10 @@ adapter is 3.6 % of them, and a quarter leaves room for vLLM's per-adapter bookk
 import argparse
 import contextlib
 import gc
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -122,6 +125,19 @@ def run_steps(arm, model_path, out_dir, rank, steps, batch, completion_length) -
     return timer.times[1:], sync_times[1:]
 
 
+def one_arm_process(arm, tmp, round_, args, syncs) -> dict:
+    """One arm in a process of its own (a process keeps every colocated engine it built: memory); its JSON."""
+    out = os.path.join(tmp, f"{arm}-{round_}.json")
+    command = [sys.executable, __file__, "--one-arm", arm, "--out", out, "--model", args.model,
+               "--rank", str(args.rank), "--steps", str(args.steps), "--batch", str(args.batch),
+               "--completion-length", str(args.completion_length), "--syncs", str(syncs)]  # fmt: skip
+    from trl_rlvr_ext.scripts.vllm_serve import free_port
+
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}  # colocate's rendezvous
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=env)
+    return json.loads(Path(out).read_text())
+
+
 def verdict(ratio: float) -> str:
     """The line `make bench-quick` prints for this benchmark."""
     return f"bench adapter: ratio {ratio:.3f} (target <= {TARGET}) {'ok' if ratio <= TARGET else 'MISS'}"
@@ -132,13 +148,15 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="The sync times only: 2 rounds x 3 syncs per arm.")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--rank", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=None, help="Alternated rounds (default 3; --quick 2).")
+    parser.add_argument("--rounds", type=int, default=None, help="Alternated rounds (default 2).")
     parser.add_argument("--syncs", type=int, default=None, help="Timed syncs per arm and round (default 5; quick 3).")
     parser.add_argument("--steps", type=int, default=4, help="GRPO steps per run (full mode).")
     parser.add_argument("--batch", type=int, default=8, help="Completions per step (4 per prompt).")
     parser.add_argument("--completion-length", type=int, default=32)
+    parser.add_argument("--one-arm", default=None, help=argparse.SUPPRESS)  # a step run in its own process
+    parser.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    rounds = args.rounds or (2 if args.quick else 3)
+    rounds = args.rounds or 2
     syncs = args.syncs or (3 if args.quick else 5)
     _reexec_in_vllm_venv(__file__)
     import vllm
@@ -146,24 +164,37 @@ def main(argv=None) -> int:
     from trl_rlvr_ext.data import resolve_model_name_or_path
 
     model_path = resolve_model_name_or_path(args.model)
-    print(f"vllm {vllm.__version__}, {args.model}, LoRA r={args.rank}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
-          f"{rounds} rounds x {syncs} syncs" + ("" if args.quick else f", {args.steps} steps x {args.batch} x "
-          f"{args.completion_length} tokens"), flush=True)  # fmt: skip
     sync_times = {"merged": [], "adapter": []}
     step_times = {"generate": [], "vllm_merged": [], "vllm_adapter": []}
     step_syncs = {"vllm_merged": [], "vllm_adapter": []}
+    if args.one_arm:
+        with tempfile.TemporaryDirectory() as tmp:
+            if args.one_arm in sync_times:
+                result = {"syncs": time_syncs(args.one_arm, model_path, tmp, args.rank, syncs)}
+            else:
+                steps, syncs_in_run = run_steps(args.one_arm, model_path, tmp, args.rank, args.steps, args.batch,
+                                                args.completion_length)  # fmt: skip
+                result = {"steps": steps, "syncs": syncs_in_run}
+        Path(args.out).write_text(json.dumps(result))
+        return 0
+    print(f"vllm {vllm.__version__}, {args.model}, LoRA r={args.rank}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
+          f"{rounds} rounds x {syncs} syncs" + ("" if args.quick else f", {args.steps} steps x {args.batch} x "
+          f"{args.completion_length} tokens"), flush=True)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
             for arm in ("merged", "adapter") if r % 2 == 0 else ("adapter", "merged"):
-                times = time_syncs(arm, model_path, os.path.join(tmp, f"sync-{arm}-{r}"), args.rank, syncs)
+                if args.quick:  # in this process (4 engines fit); the full run's arms each in a process of their own
+                    times = time_syncs(arm, model_path, os.path.join(tmp, f"sync-{arm}-{r}"), args.rank, syncs)
+                else:
+                    times = one_arm_process(arm, tmp, r, args, syncs)["syncs"]
                 sync_times[arm] += times
                 print(f"round {r} sync {arm}: " + ", ".join(f"{t:.3f}" for t in times), flush=True)
             if args.quick:
                 continue
             arms = list(step_times) if r % 2 == 0 else list(reversed(step_times))
             for arm in arms:
-                steps, syncs_in_run = run_steps(arm, model_path, os.path.join(tmp, f"step-{arm}-{r}"), args.rank,
-                                                args.steps, args.batch, args.completion_length)  # fmt: skip
+                result = one_arm_process(arm, tmp, r, args, syncs)
+                steps, syncs_in_run = result["steps"], result["syncs"]
                 step_times[arm] += steps
                 if arm in step_syncs:
                     step_syncs[arm] += syncs_in_run

@@ -40,6 +40,7 @@ from .methods.relex import RelexArguments
 from .methods.reward_guard import RewardGuardArguments
 from .methods.rsi import RSI_SELECTION_MODES, RSIArguments  # noqa: F401
 from .methods.signal_check import SignalCheckArguments
+from .vllm_lora import VLLM_SYNC_MODES
 
 
 # The built-in methods' field mixins, listed last-first so that `dataclasses.fields` lists them in the registry's order
@@ -103,7 +104,7 @@ class RLVRGRPOConfig(*_METHOD_ARGS, LoraInitArguments, GRPOConfig):
             "help": "How weights reach vLLM (CPU platform): 'merged' (TRL's way: the adapter merged, every weight "
             "crosses) or 'adapter' (a LoRA model: vLLM serves the adapter, only its tensors cross; the base once "
             "where it differs, e.g. PiSSA). A server needs `trl-rlvr-ext vllm-serve --lora_rank R`.",
-            "choices": ["merged", "adapter"],
+            "choices": list(VLLM_SYNC_MODES),
         },
     )
 
@@ -125,7 +126,7 @@ class RLVRGRPOConfig(*_METHOD_ARGS, LoraInitArguments, GRPOConfig):
 
     def _check_vllm_sync(self):
         sync = getattr(self, "vllm_sync", "merged")
-        if sync not in ("merged", "adapter"):
+        if sync not in VLLM_SYNC_MODES:
             raise ValueError(f"vllm_sync must be 'merged' or 'adapter', got {sync!r}.")
         # With use_vllm=False nothing syncs and the field is inert (a vLLM recipe run with `--use_vllm false`)
         if sync == "adapter" and getattr(self, "vllm_enable_sleep_mode", False):

@@ -54,6 +54,7 @@ DECODER_LORA_MODULES = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "gate_
 # The worker-extension method a server answers with whether it still holds the checkpoint it started with
 BASE_STATE_METHOD = "holds_start_up_weights"
 ADAPTER_NAME = "trl_rlvr_ext_adapter"
+SENT_RECORDS = 100  # the syncs `CPUAdapterSync.sent` keeps (the latest)
 ADAPTER_FALLBACK_LOG = (
     "vllm_sync='adapter': {reason}; the merged sync runs instead (every weight crosses at each sync)."
 )
@@ -177,7 +178,7 @@ def _size(tensors) -> int:
 class CPUAdapterSync(CPUWeightSync):
     """`CPUWeightSync` that sends the LoRA adapter only (and the base once where needed): see the module.
 
-    ``sent`` records, per sync, the tensors that crossed: ``{"adapter": (count, bytes), "base": (count, bytes) or
+    ``sent`` records, per sync (the latest `SENT_RECORDS`), the tensors that crossed: ``{"adapter": (count, bytes), "base": (count, bytes) or
     None, "names": [...], "seconds": s}``."""
 
     def __init__(self, generation, directory: str | None = None):
@@ -226,6 +227,7 @@ class CPUAdapterSync(CPUWeightSync):
             "names": sorted(adapter),
             "seconds": time.perf_counter() - start,
         })  # fmt: skip
+        del self.sent[:-SENT_RECORDS]
 
     # -- colocate ----------------------------------------------------------------------------------------------------
     def __call__(self) -> None:
@@ -250,6 +252,11 @@ class CPUAdapterSync(CPUWeightSync):
         self._record(adapter, base, start)
 
     # -- server ------------------------------------------------------------------------------------------------------
+    def _sync_server(self) -> None:
+        # The other processes take part in no gather (a sharded base refuses the adapter sync), and must not merge
+        if self.generation.accelerator.is_main_process:
+            super()._sync_server()
+
     def _rpc(self, method: str, *args):
         client = self.generation.vllm_client
         response = client.session.post(
