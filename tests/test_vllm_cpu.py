@@ -752,3 +752,23 @@ def test_lora_adapter_sync_kill_and_resume(vllm_runs):
 @pytest.mark.distributed
 def test_vllm_internals_the_adapter_sync_touches_still_exist(vllm_runs):
     assert all(_feature(vllm_runs, "colocate", "vllm_private_attributes").values())
+
+
+def test_lora_engine_kwargs_reach_the_colocated_engine_on_cpu_only(fake_vllm_platform, monkeypatch):
+    """vllm_sync="adapter": the colocated engine is built with LoRA on, under the user's vllm_engine_kwargs; no
+    other engine (server mode, another platform) is touched."""
+    from trl.generation import vllm_generation
+
+    from trl_rlvr_ext.grpo.vllm_cpu import vllm_build_patches
+
+    seen = []
+    monkeypatch.setattr(vllm_generation, "LLM", lambda **kw: seen.append(kw), raising=False)
+    lora = {"enable_lora": True, "max_lora_rank": 8, "max_loras": 1}
+    args = types.SimpleNamespace(use_vllm=True, vllm_mode="colocate", vllm_engine_kwargs={"max_loras": 2})
+    with vllm_build_patches(args, lora):
+        vllm_generation.LLM(model="m")
+    assert seen[-1] == {"model": "m", "enable_lora": True, "max_lora_rank": 8, "max_loras": 2}  # the user's win
+    fake_vllm_platform.cpu = False
+    with vllm_build_patches(args, lora):
+        vllm_generation.LLM(model="m")
+    assert seen[-1] == {"model": "m", "max_loras": 2}
