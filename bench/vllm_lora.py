@@ -20,8 +20,8 @@ linear layer of the decoder: 4.9 M adapter parameters).
   ``generate`` / vLLM (> 1: vLLM faster).
 
 The last line is ``bench adapter: ratio <x> (target <= <y>) ok|MISS``: x = median adapter sync / median merged sync.
-The target, 0.25, is set so that the sync stops deciding the step: the merged sync reloads 134.5 M parameters; the
-adapter is 3.6 % of them, and a quarter leaves room for vLLM's per-adapter bookkeeping.
+The target (bench/targets.py's `adapter`, 0.25) is set so that the sync stops deciding the step: the merged sync
+reloads 134.5 M parameters; the adapter is 3.6 % of them, and a quarter leaves room for vLLM's per-adapter bookkeeping.
 """
 
 import argparse
@@ -38,6 +38,8 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmarks, as modules
+from quick import report, summary_line
+from targets import TARGETS
 from vllm_cpu import _reexec_in_vllm_venv, reward, step_timer
 
 
@@ -46,7 +48,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-TARGET = 0.25  # adapter sync / merged sync, medians (see the module)
+TARGET = TARGETS["adapter"].limit  # adapter sync / merged sync, medians (declared in bench/targets.py)
 KV_CACHE = {"kv_cache_memory_bytes": 256 << 20}
 
 
@@ -140,7 +142,7 @@ def one_arm_process(arm, tmp, round_, args, syncs) -> dict:
 
 def verdict(ratio: float) -> str:
     """The line `make bench-quick` prints for this benchmark."""
-    return f"bench adapter: ratio {ratio:.3f} (target <= {TARGET}) {'ok' if ratio <= TARGET else 'MISS'}"
+    return summary_line("adapter", ratio, TARGET)
 
 
 def main(argv=None) -> int:
@@ -208,7 +210,10 @@ def main(argv=None) -> int:
             print(f"step: generate {steps['generate']:.3f} s, {arm} {steps[arm]:.3f} s: "
                   f"generate / vLLM {steps['generate'] / steps[arm]:.2f}x (its syncs in the run: "
                   f"{in_run.get(arm, float('nan')):.3f} s median)")  # fmt: skip
-    print(verdict(med["adapter"] / med["merged"]))
+    ratio = med["adapter"] / med["merged"]
+    if args.quick:
+        report("adapter", ratio)  # the line bench/quick.py reads
+    print(verdict(ratio))
     return 0
 
 
