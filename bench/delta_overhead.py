@@ -1,23 +1,29 @@
 """Per-step cost of DelTA's token credit (`token_credit="delta"`) against stock TRL GRPO, side by side in one process.
 
     python bench/delta_overhead.py [--rounds 5] [--steps 10] [--repeats 20] [--hidden 64] [--layers 4]
+    python bench/delta_overhead.py --quick     # make bench-quick's run (bench/quick.py): 1 round of 4 steps, 3 repeats
     python bench/delta_overhead.py --shape qwen2-0.5b --rounds 2 --steps 4 --repeats 3 --batch 8 \
         --completion-length 4 --threads 2                     # Qwen2.5-0.5B's shape (random weights, built here), CPU
     python bench/delta_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
 
-DelTA's work is not in the loss: once per generation batch it runs one extra forward pass without gradient, with a
-hook on the backbone capturing the hidden states, and computes the weights from them. Two measurements, on the
-settings of bench/grpo_overhead.py (``num_iterations=2``: one generation every two optimizer steps):
+DelTA's work is not in the loss: once per generation batch it reads the hidden states entering the LM head (a hook
+on the backbone) and computes the weights from them. When rollouts are reused (these settings: ``num_iterations=2``,
+one generation every two optimizer steps) the hook rides on the old-log-prob pass TRL makes anyway; otherwise DelTA
+makes its own no-grad pass. Two measurements, on the settings of bench/grpo_overhead.py:
 
 1. *Whole steps*, stock `trl.GRPOTrainer` against `RLVRGRPOTrainer(token_credit="delta")`, alternated arm by arm for
    ``--rounds`` rounds of ``--steps`` steps. Per round, the mean step time after the first rollout (steps 3 onwards:
    whole generate-and-reuse cycles, so that the generation steps, where DelTA costs, are counted in proportion); the
    result is the median of the per-round ratios.
-2. *Where DelTA's cost goes*, on one generated batch, ``--repeats`` interleaved times: the whole of
-   `Delta.token_weights` (the hooked forward pass, the weights, their metrics); within it the weights
-   (`delta_token_weights`) and the metrics (`delta_weight_stats` and the gather), timed by wrapping them; the
-   hidden-state capture is the rest (the forward pass with the hook, the copies of the completion positions, their
-   concatenation). The same forward pass without the hook is timed beside it: what the capture adds to a plain pass.
+2. *Where DelTA's cost goes*, on one generated batch, ``--repeats`` interleaved times of three things: TRL's
+   old-log-prob pass alone (``plain_pass``); the same pass with DelTA's hook riding on it, then `Delta.token_weights`
+   on its result (what a reused batch costs); and `Delta.token_weights` making its own pass (``own_pass``: what a
+   batch costs when TRL makes no old-log-prob pass, e.g. ``num_iterations=1``). DelTA's cost on a reused batch
+   (``total``) is timed directly: the seconds inside its hook plus `Delta.token_weights`; within it the weights
+   (`delta_token_weights`) and the metrics (`delta_weight_stats` and the gather), timed by wrapping them, and the
+   hidden-state capture (the rest: the hook's copies of the completion positions, their concatenation). As a check,
+   ``pass_difference`` is the median of the per-repeat differences shared − plain (the same figure, through the
+   noise of two timings of one forward pass).
 
 The implied step ratio is 1 + (DelTA's seconds per generation batch) / (steps per generation batch × stock step
 seconds, from 1): the least load-sensitive figure on a shared CPU.
@@ -43,6 +49,7 @@ except ImportError:
     from bench import grpo_overhead
 
 import trl_rlvr_ext.grpo.methods.delta as delta_module
+from trl_rlvr_ext.grpo.hooked_forward import capture_completion_states
 
 
 ARMS = ("stock", "delta")
@@ -77,51 +84,87 @@ def cost_breakdown(model_path: str, out_dir: str, repeats: int, **trainer_option
     """Median seconds, per generation batch, of DelTA's parts (see the module docstring, 2)."""
     trainer = grpo_overhead.make_trainer("delta", model_path, 2, out_dir, **trainer_options)
     trainer.train()
+    method = trainer.method("delta")
+    if method.shared_pass is None:
+        raise RuntimeError("DelTA makes its own pass in these settings: this breakdown times the shared one.")
     batch = [trainer.train_dataset[i] for i in range(trainer.args.generation_batch_size)]
     output = GRPOTrainer._generate_and_score_completions(trainer, batch)  # TRL's, without the weights
     ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
     attention = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
     chunk = trainer.args.per_device_train_batch_size
 
-    def plain_pass():  # the same no-grad pass as DelTA's, without the hook
-        trainer.model.eval()
+    def trl_pass(_inputs=None):  # TRL's old-log-prob pass over the batch: the trainer's (training) mode, no gradient
         with torch.no_grad():
-            trainer._get_per_token_logps_and_entropies(
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(
                 trainer.model, ids, attention, output["completion_ids"].size(1), batch_size=chunk
             )
-        trainer.model.train()
+        return {**output, "old_per_token_logps": logps}
+
+    in_hook = [0.0]
+
+    def timed_capture(logits_to_keep, into):  # DelTA's hook, timed
+        hook = capture_completion_states(logits_to_keep, into)
+
+        def timed(*args):
+            grpo_overhead.synchronize()
+            start = time.perf_counter()
+            hook(*args)
+            grpo_overhead.synchronize()
+            in_hook[0] += time.perf_counter() - start
+
+        return timed
+
+    def shared():  # the same pass with DelTA's hook riding on it, then the weights from what it captured
+        in_hook[0] = 0.0
+        scored = method.shared_pass.wrap(trl_pass, None)
+        grpo_overhead.synchronize()
+        start = time.perf_counter()
+        method.token_weights(scored)
+        grpo_overhead.synchronize()
+        return in_hook[0] + time.perf_counter() - start
+
+    def own():  # DelTA's own pass (TRL makes none when rollouts are not reused)
+        shared_pass, method.shared_pass = method.shared_pass, None
+        try:
+            method.token_weights(output)
+        finally:
+            method.shared_pass = shared_pass
 
     weights, stats = Stopwatch("delta_token_weights"), Stopwatch("delta_weight_stats")
-    times = {"total": [], "weights": [], "stats": [], "plain_pass": []}
+    runs = {"shared": shared, "plain": trl_pass, "own": own}
+    times = {name: [] for name in (*runs, "weights", "stats", "delta")}
+    trainer.model.train()
+    method.shared_pass.hook_factory = timed_capture
     try:
         for r in range(repeats + 2):
-            order = ("delta", "plain") if r % 2 == 0 else ("plain", "delta")
+            order = list(runs)[r % 3 :] + list(runs)[: r % 3]  # each goes first in turn
             for what in order:
                 grpo_overhead.synchronize()
                 start = time.perf_counter()
-                if what == "delta":
-                    trainer.method("delta").token_weights(output)
-                else:
-                    plain_pass()
+                delta = runs[what]()
                 grpo_overhead.synchronize()
                 elapsed = time.perf_counter() - start
-                if what == "delta":
-                    w, s = weights.take(), stats.take()
+                w, s = weights.take(), stats.take()
                 if r < 2:  # warm-up repeats dropped
                     continue
-                if what == "delta":
-                    times["total"].append(elapsed)
+                times[what].append(elapsed)
+                if what == "shared":
+                    times["delta"].append(delta)
                     times["weights"].append(w)
                     times["stats"].append(s)
-                else:
-                    times["plain_pass"].append(elapsed)
     finally:
+        method.shared_pass.hook_factory = capture_completion_states
         weights.close()
         stats.close()
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    medians["capture"] = statistics.median(
-        t - w - s for t, w, s in zip(times["total"], times["weights"], times["stats"])
-    )
+    medians = {
+        "total": statistics.median(times["delta"]),
+        "weights": statistics.median(times["weights"]),
+        "stats": statistics.median(times["stats"]),
+        "capture": statistics.median(d - w - s for d, w, s in zip(times["delta"], times["weights"], times["stats"])),
+        "pass_difference": statistics.median(s - p for s, p in zip(times["shared"], times["plain"])),
+        "plain_pass": statistics.median(times["plain"]),
+        "own_pass": statistics.median(times["own"]),
+    }
     medians["steps_per_generation_batch"] = trainer.args.steps_per_generation * trainer.args.num_iterations
     medians["steps_per_generation_batch"] /= trainer.args.gradient_accumulation_steps
     medians["tokens"] = tuple(output["completion_ids"].shape)
@@ -129,7 +172,9 @@ def cost_breakdown(model_path: str, out_dir: str, repeats: int, **trainer_option
 
 
 def main():
-    parser = grpo_overhead.common_parser(__doc__, rounds=5, steps=10, repeats=20)
+    parser = grpo_overhead.common_parser(
+        __doc__, rounds=5, steps=10, repeats=20, quick_settings={"rounds": 1, "steps": 4, "repeats": 3}
+    )
     args = parser.parse_args()
     if args.steps <= SKIP_STEPS:
         parser.error(f"--steps must be above {SKIP_STEPS} (the first rollout's steps are dropped).")
@@ -158,11 +203,13 @@ def main():
     print(f"\nDelTA per generation batch ({parts['tokens'][0]} completions x {parts['tokens'][1]} tokens; median of "
           f"{args.repeats} interleaved repeats):")  # fmt: skip
     rows = [
-        ("total (`Delta.token_weights`)", parts["total"]),
-        ("hidden-state capture (hooked no-grad forward)", parts["capture"]),
+        ("total (reused batch: hook + `Delta.token_weights`)", parts["total"]),
+        ("hidden-state capture (the hook's copies)", parts["capture"]),
         ("weights (`delta_token_weights`)", parts["weights"]),
         ("metrics (`delta_weight_stats` + gather)", parts["stats"]),
-        ("for reference: the same forward without the hook", parts["plain_pass"]),
+        ("check: shared pass - TRL's pass (two timings)", parts["pass_difference"]),
+        ("for reference: TRL's old-log-prob pass", parts["plain_pass"]),
+        ("without reuse: DelTA's own pass and weights", parts["own_pass"]),
     ]
     for label, seconds in rows:
         share = f", {seconds / cycle * 100:5.2f} % of a stock step cycle" if cycle else ""

@@ -2,6 +2,7 @@
 
     python bench/dpo_overhead.py [--rounds 5] [--steps 40] [--batch 16] [--hidden 64] [--layers 4] [--behavior]
     python bench/dpo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --prompt-chars 400 --behavior  # GPU
+    python bench/dpo_overhead.py --quick      # make bench-quick's run (bench/quick.py): 2 rounds x 10 steps
 
 Builds stock `trl.DPOTrainer` and `ISDPOTrainer` (importance_sampling=True, behaviour policy = the reference; with
 `--behavior` also an arm whose behaviour log-probs come from dataset columns) on the same model, data and seed. Each
@@ -36,8 +37,10 @@ from trl_rlvr_ext.toy.preference import make_toy_preference_dataset
 
 try:  # run as a script (bench/ on sys.path) or imported as bench.dpo_overhead
     from model_shapes import SHAPES, save_shaped_model
+    from quick import quick_defaults
 except ImportError:
     from bench.model_shapes import SHAPES, save_shaped_model
+    from bench.quick import quick_defaults
 
 FILLER = "Answer the question below with a single number, and nothing else. "
 
@@ -102,6 +105,42 @@ def step(trainer, inputs) -> float:
     return time.perf_counter() - start
 
 
+IS_DPO_WORK = ("_split_behavior_logps", "_is_daa_weights", "_is_daa_weight_loss", "_log_importance_weights")
+
+
+def own_work(trainer, inputs, steps: int) -> dict[str, float]:
+    """IS-DPO's own work inside ``steps`` training steps of an `ISDPOTrainer`, timed directly: the seconds spent in
+    the four calls of the marked blocks of the copy of TRL's `_compute_loss` (`IS_DPO_WORK`: the behaviour fields split
+    off, the weights from the step's log-probs, the weighted per-pair loss, the `is/*` metrics), per step (median), with
+    the median step; a load-robust figure where interleaved step ratios swing by several per cent."""
+    spent = [0.0]
+    originals = {name: getattr(trainer, name) for name in IS_DPO_WORK}
+
+    def timed(call):
+        def wrapper(*args, **kwargs):
+            synchronize()
+            start = time.perf_counter()
+            out = call(*args, **kwargs)
+            synchronize()
+            spent[0] += time.perf_counter() - start
+            return out
+
+        return wrapper
+
+    work, steps_seconds = [], []
+    for name, call in originals.items():
+        setattr(trainer, name, timed(call))
+    try:
+        for _ in range(steps):
+            spent[0] = 0.0
+            steps_seconds.append(step(trainer, inputs))
+            work.append(spent[0])
+    finally:
+        for name in IS_DPO_WORK:
+            delattr(trainer, name)
+    return {"own_work": statistics.median(work), "step": statistics.median(steps_seconds)}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
@@ -116,6 +155,7 @@ def main():
     )
     parser.add_argument("--shape", choices=["tiny", *SHAPES], default="tiny", help="tiny: --hidden x --layers")
     parser.add_argument("--prompt-chars", type=int, default=0, help="filler characters before each toy prompt")
+    quick_defaults(parser, None, rounds=2, steps=10, behavior=True)
     cli = parser.parse_args()
     if cli.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: torch sees no CUDA device here.")

@@ -14,7 +14,8 @@ cores) with the same seed, data and settings; only ``dynamic_sampling`` differs.
   rounds and kept share.
 
 Defaults take a few minutes on 2 CPU cores (after the base model is cached). One seed per run; pass --seeds 0 1 2 for
-the spread (EVIDENCE.md's rule: a difference smaller than the spread is no difference).
+the spread (EVIDENCE.md's rule: a difference smaller than the spread is no difference). ``--quick`` is `make
+bench-quick`'s run (bench/quick.py): 10 steps, a smaller held-out set.
 """
 
 import argparse
@@ -26,6 +27,12 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+try:  # run as a script (bench/ on sys.path) or imported as bench.dynamic_sampling
+    from quick import quick_defaults, report
+except ImportError:
+    from bench.quick import quick_defaults, report
 
 
 def parse_args():
@@ -44,6 +51,7 @@ def parse_args():
     parser.add_argument(
         "--warmstart_steps", type=int, default=1500, help="Warm-start steps of the toy base (1500: the demo's base)."
     )
+    quick_defaults(parser, None, max_steps=10, num_test=50, eval_samples=2)
     return parser.parse_args()
 
 
@@ -185,6 +193,9 @@ def main():
             f"{dynamic['tokens_per_informative_pooled'] / stock['tokens_per_informative_pooled']:.2f}"
         )
     print(f"total wall time {time.perf_counter() - t_start:.0f} s")
+    if args.quick:  # bench/targets.py: tokens per informative group, dynamic / stock (the first seed's)
+        _, stock, dynamic = rows[0]
+        report("dynamic_sampling", dynamic["tokens_per_informative_median"] / stock["tokens_per_informative_median"])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Per-step cost of NSR clip recovery against stock TRL GRPO, side by side in one process.
 
     python bench/grpo_overhead.py [--rounds 5] [--steps 10] [--repeats 30] [--hidden 64] [--layers 4]
+    python bench/grpo_overhead.py --quick     # make bench-quick's run (bench/quick.py): 1 round of 4 steps, 5 loss-path repeats
     python bench/grpo_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
 
 Two measurements, both stock `trl.GRPOTrainer` vs `RLVRGRPOTrainer` (``clip_recovery="nsr"`` and ``"nsr_expected"``)
@@ -35,12 +36,15 @@ from transformers import PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+from trl_rlvr_ext.grpo.method import HOOKS, active_methods
 from trl_rlvr_ext.toy import save_tiny_model
 
 
 try:  # run as a script (bench/ on sys.path) or imported as bench.grpo_overhead
+    import quick
     from model_shapes import SHAPES, save_shaped_model
 except ImportError:
+    from bench import quick
     from bench.model_shapes import SHAPES, save_shaped_model
 
 
@@ -146,7 +150,8 @@ def loss_path_ratios(
 
     ``arms``: "stock" first, then keys of `ARM_OPTIONS`. ``trainer_options`` go to `make_trainer` (device, precision,
     batch and completion sizes)."""
-    # one trainer for every arm (the options are switched per call); built with NSR on, so its seed is set
+    # one trainer for every arm (the options and the methods are switched per call); built with NSR on, so its seed
+    # is set
     trainer = make_trainer("acpo_nsr", model_path, 2, out_dir, **trainer_options)
     trainer.train()  # moves the ratio away from 1 (two updates), so the clip is active on the next batch
     model = trainer.model
@@ -166,10 +171,22 @@ def loss_path_ratios(
     def stock_loss(inp):
         return GRPOTrainer._compute_loss(trainer, model, inp)
 
+    def arm_hooks(arm):
+        """The methods' hooks of a trainer built with the arm's options (the trainer's own were built for one arm)."""
+        for name, value in {**_OFF, **ARM_OPTIONS[arm]}.items():
+            setattr(trainer.args, name, value)
+        methods = [cls() for cls in active_methods(trainer.args)]
+        for method in methods:
+            method.setup(trainer)
+        return {hook: [m for m in methods if hook in type(m).acts_on()] for hook in HOOKS}
+
     def arm_loss(arm):
+        hooks = arm_hooks(arm)
+
         def fn(inp):
             for name, value in {**_OFF, **ARM_OPTIONS[arm]}.items():
                 setattr(trainer.args, name, value)
+            trainer._hooks = hooks
             return RLVRGRPOTrainer._compute_loss(trainer, model, inp)
 
         return fn
@@ -216,8 +233,15 @@ def alternated_rounds(arms, model_path, steps, rounds, tmp, skip=1, aggregate=st
     return ratios, stock_steps
 
 
-def common_parser(doc: str, rounds: int, steps: int, repeats: int) -> argparse.ArgumentParser:
-    """The options every step-time benchmark here shares (bench/acpo_overhead.py, bench/delta_overhead.py too)."""
+# --quick (`make bench-quick`, bench/quick.py): one round of whole steps past the warm-up cycle, a few loss-path repeats
+QUICK = {"rounds": 1, "steps": 4, "repeats": 5}
+
+
+def common_parser(
+    doc: str, rounds: int, steps: int, repeats: int, quick_settings: dict | None = None
+) -> argparse.ArgumentParser:
+    """The options every step-time benchmark here shares (bench/acpo_overhead.py, bench/delta_overhead.py too);
+    ``quick_settings``: those of ``--quick`` (default `QUICK`)."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=rounds)
     parser.add_argument("--steps", type=int, default=steps)
@@ -235,6 +259,7 @@ def common_parser(doc: str, rounds: int, steps: int, repeats: int) -> argparse.A
     parser.add_argument("--shape", choices=["tiny", *SHAPES], default="tiny", help="tiny: --hidden x --layers")
     parser.add_argument("--completion-length", type=int, default=16)
     parser.add_argument("--batch", type=int, default=32, help="completions per step (groups of 8)")
+    quick.quick_defaults(parser, None, **(QUICK if quick_settings is None else quick_settings))
     return parser
 
 

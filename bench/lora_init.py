@@ -4,6 +4,7 @@
     python bench/lora_init.py --sizes 4096x4096,4096x11008 --repeats 1      # the 7B-sized layers (minutes)
     python bench/lora_init.py --device cuda --threads 0 --sizes 896x896,4864x896,4096x4096,4096x11008   # on a GPU
     python bench/lora_init.py --model smollm2-135m-instruct   # the solvers' subspace errors on every weight of a model
+    python bench/lora_init.py --quick     # make bench-quick's run (bench/quick.py): small layers, 2 repeats
 
 For each d_out x d_in size it builds one float32 linear layer W = U diag(s) Vᵀ with random orthonormal U, V and a
 power-law spectrum s_i = i^(-decay) (pretrained transformer weights have heavy-tailed, power-law-like spectra), then
@@ -44,6 +45,12 @@ from peft import LoraConfig, get_peft_model
 from torch import nn
 
 from trl_rlvr_ext.lora_init import get_peft_model_with_init, principal_angle_error
+
+
+try:  # run as a script (bench/ on sys.path) or imported as bench.lora_init
+    from quick import quick_defaults
+except ImportError:
+    from bench.quick import quick_defaults
 
 
 class OneLinear(nn.Module):
@@ -215,6 +222,7 @@ def main():
     parser.add_argument(
         "--model", default=None, help="scan the solvers' subspace errors on every linear weight of this model instead"
     )
+    quick_defaults(parser, None, sizes="256x256,256x688", repeats=2)
     args = parser.parse_args()
     if args.model is not None:
         from trl_rlvr_ext.data import resolve_model_name_or_path

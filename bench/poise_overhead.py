@@ -2,6 +2,7 @@
 process, both with groups of 2 (POISE's n = 2).
 
     python bench/poise_overhead.py [--rounds 5] [--steps 10] [--repeats 10] [--hidden 64] [--layers 4]
+    python bench/poise_overhead.py --quick     # make bench-quick's run (bench/quick.py): 1 round of 4 steps, 3 repeats
     python bench/poise_overhead.py --shape qwen2-0.5b --rounds 2 --steps 4 --repeats 3 --batch 8 \
         --completion-length 4 --threads 2                     # Qwen2.5-0.5B's shape (random weights, built here), CPU
     python bench/poise_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
@@ -83,7 +84,9 @@ def cost_breakdown(model_path: str, out_dir: str, repeats: int, buffer_batches: 
 
 
 def main():
-    parser = grpo_overhead.common_parser(__doc__, rounds=5, steps=10, repeats=10)
+    parser = grpo_overhead.common_parser(
+        __doc__, rounds=5, steps=10, repeats=10, quick_settings={"rounds": 1, "steps": 4, "repeats": 3}
+    )
     args = parser.parse_args()
     if args.steps <= SKIP_STEPS:
         parser.error(f"--steps must be above {SKIP_STEPS} (the first rollout's steps are dropped).")
@@ -121,6 +124,8 @@ def main():
     if cycle:
         implied = 1.0 + parts["total"] / cycle
         print(f"implied step ratio: 1 + {parts['total'] * 1e3:.2f} / {cycle * 1e3:.1f} ms = {implied:.4f}")
+        if args.quick:
+            grpo_overhead.quick.report("poise", implied)
 
 
 if __name__ == "__main__":

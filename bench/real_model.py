@@ -3,6 +3,7 @@
     python bench/real_model.py                       # every part, 1 thread (room for a second process on 2 cores)
     python bench/real_model.py --parts grpo --repeats 7
     python bench/real_model.py --model PATH          # another local model (e.g. the toy, for a smoke run)
+    python bench/real_model.py --quick               # make bench-quick's run: grpo, dpo, lora_init, fewer repeats
 
 The model comes from the package index through the package's provider (converted once, cached). Three parts, each
 the same measurement as the toy's benchmark, on the real weights, tokenizer and shapes:
@@ -10,8 +11,8 @@ the same measurement as the toy's benchmark, on the real weights, tokenizer and 
 1. ``grpo``: the loss path (forward + backward, where the options live) of stock ``trl.GRPOTrainer`` and of
    ``RLVRGRPOTrainer`` with each option (NSR, NSR expected, ACPO, off-policy diagnostics, RSI-S interval and
    quantile), interleaved on one fixed generated batch whose old log-probs carry noise, so the clip binds
-   (`bench/grpo_overhead.py`'s ``loss_path_ratios``); DelTA's work, once per generation batch (its hooked no-grad
-   forward and weights, `bench/delta_overhead.py`'s ``cost_breakdown``); then stock whole steps for the implied step
+   (`bench/grpo_overhead.py`'s ``loss_path_ratios``); DelTA's work, once per generation batch (its hook on TRL's
+   old-log-prob pass and its weights, `bench/delta_overhead.py`'s ``cost_breakdown``); then stock whole steps for the implied step
    ratios 1 + (extra seconds per step) / (stock step seconds), the loss path's extra seconds taken from its median
    per-repeat ratio (robust to load drift) times the stock loss-path seconds. Full weights, ``num_iterations=2``.
 2. ``dpo``: ``ISDPOTrainer`` (and with behaviour columns) against ``trl.DPOTrainer``, steps interleaved on one batch
@@ -70,23 +71,27 @@ def grpo_part(model_path: str, tmp: str, args) -> None:
         f"{args.batch} completions x {args.completion_length} tokens, num_iterations=2"
     )
     print(f"{'arm':<14}{'loss-path ratio':>17}{'implied step ratio':>20}")
+    implied_ratios = {}
     for arm in GRPO_ARMS[1:]:
         # the extra time of the loss path from its per-repeat ratio (the interleaved, load-robust figure), over the
         # stock step: 1 + (ratio - 1) * stock loss-path seconds / stock step seconds
         implied = 1.0 + (loss["ratios"][arm] - 1.0) * loss["stock_seconds"] / stock_step
         print(f"{arm:<14}{loss['ratios'][arm]:>17.3f}{implied:>20.3f}")
+        implied_ratios[arm] = implied
     # DelTA's seconds are per generation batch, which serves steps_per_generation_batch optimiser steps
     delta_implied = 1.0 + delta["total"] / (delta["steps_per_generation_batch"] * stock_step)
     print(f"{'delta':<14}{'-':>17}{delta_implied:>20.3f}")
     print(
-        f"(delta: {delta['total']:.2f} s per generation batch of {delta['steps_per_generation_batch']:g} steps, the "
-        f"same no-grad pass without its hook {delta['plain_pass']:.2f} s; median of {args.repeats} interleaved repeats)"
+        f"(delta: {delta['total']:.3f} s per generation batch of {delta['steps_per_generation_batch']:g} steps, its "
+        f"hook riding on TRL's old-log-prob pass of {delta['plain_pass']:.2f} s; without reuse its own pass and "
+        f"weights {delta['own_pass']:.2f} s; median of {args.repeats} interleaved repeats)"
     )
     print(
         f"(loss path: median of {args.repeats} interleaved repeats on one batch, stock {loss['stock_seconds']:.2f} s; "
         f"stock whole step {stock_step:.1f} s, median of {len(timer.times) - 1} steps after a warm-up step)"
     )
     print("target: step ratio <= 1.03")
+    return {**implied_ratios, "delta": delta_implied}
 
 
 def dpo_part(model_path: str, tmp: str, args) -> None:
@@ -101,10 +106,12 @@ def dpo_part(model_path: str, tmp: str, args) -> None:
             times[arm].append(dpo_overhead.step(*built[arm]))
     print(f"\nIS-DPO vs stock DPO on {args.model}, {args.pairs} pairs per step, {args.dpo_steps} interleaved steps")
     print(f"{'arm':<18}{'step s (median)':>16}{'step ratio':>12}")
+    ratios = {}
     for arm in DPO_ARMS:
-        ratio = statistics.median(a / s for a, s in zip(times[arm], times["stock"]))
-        print(f"{arm:<18}{statistics.median(times[arm]):>16.2f}{ratio:>12.3f}")
+        ratios[arm] = statistics.median(a / s for a, s in zip(times[arm], times["stock"]))
+        print(f"{arm:<18}{statistics.median(times[arm]):>16.2f}{ratios[arm]:>12.3f}")
     print("(step ratio: median of the per-step ratios; target <= 1.02)")
+    return ratios
 
 
 def lora_init_part(model_path: str, args) -> None:
@@ -115,9 +122,12 @@ def lora_init_part(model_path: str, args) -> None:
     layer = model.config.num_hidden_layers // 2
     settings = argparse.Namespace(rank=args.rank, repeats=args.lora_repeats, decay=None, device="cpu")
     print(f"\nLoRA initialisers vs PEFT's full-SVD PiSSA on {args.model}'s layer {layer} weights, r = {args.rank}")
+    speedups = {}
     for name in LORA_LAYERS:
         weight = model.get_submodule(f"model.layers.{layer}.{name}").weight
-        lora_init.run_size(*weight.shape, settings, weight=weight, label=f"layer {layer} {name}")
+        summary, _ = lora_init.run_size(*weight.shape, settings, weight=weight, label=f"layer {layer} {name}")
+        speedups[name] = {contender: row[1] for contender, row in summary.items()}
+    return speedups
 
 
 def precision_part(model_path: str, tmp: str, args) -> None:
@@ -149,7 +159,31 @@ def precision_part(model_path: str, tmp: str, args) -> None:
     )
 
 
+# bench/targets.py's names for this benchmark's options, where they differ from the arm's
+QUICK_NAMES = {"diag": "diagnostics"}
+# --quick: `make bench-quick`'s settings (bench/quick.py), the parts whose options have targets
+QUICK = {"parts": "grpo,dpo,lora_init", "repeats": 5, "stock_steps": 2, "dpo_steps": 10, "lora_repeats": 5}
+
+
+def quick_summary(results: dict) -> None:
+    """Report the ratios `make bench-quick` checks: each GRPO option's implied step ratio, each IS-DPO arm's step
+    ratio, and RLPO's default init (the authors' float32 full SVD) over PEFT's full-SVD PiSSA, the median over the
+    weights."""
+    import quick
+
+    for arm, ratio in results.get("grpo", {}).items():
+        quick.report(QUICK_NAMES.get(arm, arm), ratio)
+    for arm, ratio in results.get("dpo", {}).items():
+        if arm != "stock":
+            quick.report(arm, ratio)
+    if "lora_init" in results:
+        speedups = results["lora_init"].values()
+        quick.report("lora_init", statistics.median(1 / row["rlpo (full SVD f32)"] for row in speedups))
+
+
 def main(argv=None) -> int:
+    import quick
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct", help="a pretrained name or a local model path")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
@@ -167,6 +201,7 @@ def main(argv=None) -> int:
         "--curation-steps", type=int, default=6, help="curation: steps per run (the first generation cycle warms up)"
     )
     parser.add_argument("--curation-rounds", type=int, default=3, help="curation: alternated rounds per arm")
+    quick.quick_defaults(parser, argv, **QUICK)
     args = parser.parse_args(argv)
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
@@ -188,18 +223,21 @@ def main(argv=None) -> int:
     transformers.logging.set_verbosity_error()
     model_path = resolve_model_name_or_path(args.model)
     start = time.perf_counter()
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:
         if "grpo" in parts:
-            grpo_part(model_path, tmp, args)
+            results["grpo"] = grpo_part(model_path, tmp, args)
         if "dpo" in parts:
-            dpo_part(model_path, tmp, args)
+            results["dpo"] = dpo_part(model_path, tmp, args)
         if "lora_init" in parts:
-            lora_init_part(model_path, args)
+            results["lora_init"] = lora_init_part(model_path, args)
         if "precision" in parts:
             precision_part(model_path, tmp, args)
         if "curation" in parts:
             curation_real_model.curation_part(model_path, tmp, args.curation_steps, args.curation_rounds, args.model)
     print(f"\n{args.model}: parts {', '.join(parts)} in {time.perf_counter() - start:.0f} s")
+    if args.quick:
+        quick_summary(results)
     return 0
 
 

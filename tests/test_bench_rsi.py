@@ -11,16 +11,19 @@ import rsi_overhead
 
 
 def test_rsi_arms_time_the_selection(tiny_model_path, tmp_path, monkeypatch):
+    """RSI-S's own hook runs in its arms (the trainer's methods are built per arm: its options alone would not call it)."""
+    from trl_rlvr_ext.grpo.methods.rsi import RSISelection
+
     calls = []
-    original = grpo_overhead.RLVRGRPOTrainer._rsi_selection_mask
+    original = RSISelection.token_mask
 
     def counting(self, *args, **kwargs):
         calls.append(self.args.rsi_selection)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(grpo_overhead.RLVRGRPOTrainer, "_rsi_selection_mask", counting)
+    monkeypatch.setattr(RSISelection, "token_mask", counting)
     result = grpo_overhead.loss_path_ratios(
         tiny_model_path, str(tmp_path), 1, rsi_overhead.ARMS, batch=8, completion_length=4
     )
     assert set(result["ratios"]) == {"rsi", "rsi_quantile"} and all(r > 0 for r in result["ratios"].values())
-    assert {"interval", "quantile"} <= set(calls)  # both arms selected (and "none" for the warm-up training)
+    assert {"interval", "quantile"} <= set(calls)  # both arms selected

@@ -54,10 +54,15 @@ def test_delta_with_forced_weights_composes_with_nsr(tiny_model_path, tmp_path):
     _assert_same_run(plain, ours, plain_after, ours_after, exclude_prefix="token_credit/")
 
 
-def test_the_captured_hidden_states_are_the_lm_head_inputs(tiny_model_path, tmp_path, monkeypatch):
+@pytest.mark.parametrize("reuse", [True, False], ids=["reused-shared-pass", "not-reused-own-pass"])
+def test_the_captured_hidden_states_are_the_lm_head_inputs(tiny_model_path, tmp_path, monkeypatch, reuse):
     """The hook's hidden states are the model's last hidden states at the positions that predict the completion
-    tokens, and the log-probabilities are TRL's (at its temperature); the weights come back in the batch."""
-    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, token_credit="delta", temperature=0.7, max_steps=1))
+    tokens, and the log-probabilities are TRL's (at its temperature); the weights come back in the batch. Rollouts
+    reused: they come from TRL's old-log-prob pass, the only forward of the batch (no extra pass); not reused (TRL
+    makes no such pass): from DelTA's own pass, in eval mode."""
+    args = RLVRGRPOConfig(
+        **grpo_kwargs(tmp_path, token_credit="delta", temperature=0.7, max_steps=1, num_iterations=2 if reuse else 1)
+    )
     trainer = RLVRGRPOTrainer(
         model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
     )
@@ -78,8 +83,12 @@ def test_the_captured_hidden_states_are_the_lm_head_inputs(tiny_model_path, tmp_
     monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", record_mode)
     trainer.model.train()
     output = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in range(8)])
-    # DelTA's pass (the last forward) runs without dropout, as the authors' (`actor_module.eval()`); then train again
-    assert modes[-1] is False and trainer.model.training
+    if reuse:  # one policy pass over the batch, TRL's (in the trainer's mode), which DelTA's hook rode on
+        assert modes == [True] and trainer.model.training
+        assert trainer.method("delta").shared_pass is not None
+    else:  # DelTA's own pass, without dropout as the authors' (`actor_module.eval()`); then train again
+        assert modes == [False] and trainer.model.training
+        assert trainer.method("delta").shared_pass is None
     monkeypatch.setattr(trainer, "_get_per_token_logps_and_entropies", forward)
     input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
     attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
@@ -103,6 +112,66 @@ def test_the_captured_hidden_states_are_the_lm_head_inputs(tiny_model_path, tmp_
     weights = output["token_credit_weights"]
     assert weights.shape == mask.shape and weights[mask].mean().item() == pytest.approx(1.0, rel=1e-5)
     assert (weights[mask] != 1).any(), "every weight is 1: the weights did not act"
+
+
+def test_the_shared_pass_gives_the_own_pass_weights_to_the_bit(tiny_model_path, tmp_path, monkeypatch):
+    """The weights from TRL's old-log-prob pass (the hook riding on it) are those of DelTA's own eval-mode pass over
+    the same batch, to the bit: the same call on the same batch, and the model has no train-only module."""
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, token_credit="delta", max_steps=1))
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
+    )
+    method = trainer.method("delta")
+    taken, take = [], method.shared_pass.take
+    monkeypatch.setattr(method.shared_pass, "take", lambda output: taken.append(take(output)) or taken[-1])
+    trainer.model.train()
+    output = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in range(8)])
+    shared = output["token_credit_weights"]
+    assert len(taken) == 1 and taken[0][1] is output["old_per_token_logps"]  # the weights came from TRL's pass
+    monkeypatch.setattr(method, "shared_pass", None)  # the own pass, on the same batch
+    own = method.token_weights(output)
+    assert torch.equal(shared, own) and (shared[output["completion_mask"].bool()] != 1).any()
+
+
+def test_a_batch_the_shared_pass_did_not_score_gets_the_own_pass_and_a_warning(
+    tiny_model_path, tmp_path, monkeypatch, caplog
+):
+    """A batch whose old log-probs are not the tensor TRL's pass returned (here: rebuilt, as a method might) is never
+    weighed from the captured states: DelTA makes its own pass, with the same weights, and warns once."""
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, token_credit="delta", max_steps=1))
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
+    )
+    method = trainer.method("delta")
+    trainer.model.train()
+    rows = [dict(trainer.train_dataset[i]) for i in range(8)]
+    # TRL's scoring with DelTA's hook on its old-log-prob pass (the weights not yet added), as in training
+    output = method.shared_pass.wrap(lambda r: GRPOTrainer._generate_and_score_completions(trainer, r), rows)
+    assert method.shared_pass.captured is not None
+    rebuilt = dict(output, old_per_token_logps=output["old_per_token_logps"].clone())
+    with caplog.at_level("WARNING", logger=delta_method.__name__):
+        weights = method.token_weights(rebuilt)
+    assert "made its own forward pass" in caplog.text
+    monkeypatch.setattr(method, "shared_pass", None)
+    assert torch.equal(weights, method.token_weights(output))  # the own pass's weights
+
+
+def test_dropout_keeps_the_own_pass_and_says_why(tiny_model_path, tmp_path, caplog):
+    """With LoRA dropout, TRL's training-mode pass would differ from the authors' eval-mode pass: DelTA makes its own
+    and the log says why."""
+    from peft import LoraConfig
+
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, token_credit="delta", max_steps=1))
+    with caplog.at_level("INFO", logger=delta_method.__name__):
+        trainer = RLVRGRPOTrainer(
+            model=tiny_model_path,
+            reward_funcs=digit_reward,
+            args=args,
+            train_dataset=prompt_dataset(),
+            peft_config=LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1, target_modules=["q_proj", "v_proj"]),
+        )
+    assert trainer.method("delta").shared_pass is None
+    assert "one extra no-grad forward" in caplog.text and "lora_dropout" in caplog.text and "p=0.1" in caplog.text
 
 
 def test_delta_changes_the_update_and_logs_its_metrics(tiny_model_path, tmp_path):

@@ -159,13 +159,15 @@ def test_config_refusals(tmp_path, overrides, message):
         RLVRGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", **{"objective": "popo", **overrides})
 
 
-def test_the_trainer_loss_is_the_authors_on_a_batch(tiny_model_path, tmp_path):
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_the_trainer_loss_is_the_authors_on_a_batch(tiny_model_path, tmp_path, temperature):
     """POPO's `compute_loss` on a generated batch equals the authors' `_compute_loss` arithmetic re-done by hand: full
     logits / T, their chunked entropy, hidden_states[-1] pooled over the completion for the online model and the EMA
-    copy, the predictor, `POPOLoss` (noise off, so the comparison is deterministic), over the accumulation steps."""
+    copy, the predictor, `POPOLoss` (noise off, so the comparison is deterministic), over the accumulation steps. At
+    T = 1 the division is skipped (x / 1 is x)."""
     from test_popo_loss import authors_entropy, authors_loss, authors_pool
 
-    trainer = _trainer(tiny_model_path, tmp_path, max_steps=1, temperature=0.7, popo_feature_noise_std=0.0)
+    trainer = _trainer(tiny_model_path, tmp_path, max_steps=1, temperature=temperature, popo_feature_noise_std=0.0)
     trainer.model.train()
     inputs = trainer._generate_and_score_completions([dict(trainer.train_dataset[i]) for i in range(8)])
     trainer.current_gradient_accumulation_steps = 2
@@ -175,7 +177,7 @@ def test_the_trainer_loss_is_the_authors_on_a_batch(tiny_model_path, tmp_path):
     mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
     cmask = inputs["completion_mask"]
     out = trainer.model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-    logits = out.logits[:, :-1, :][:, -k:, :] / 0.7
+    logits = out.logits[:, :-1, :][:, -k:, :] / temperature
     logps = torch.log_softmax(logits.float(), -1).gather(-1, inputs["completion_ids"][..., None])[..., 0]
     predicted = trainer.method("popo").predictor(authors_pool(out.hidden_states[-1][:, prompt_len:], cmask))
     with torch.no_grad():

@@ -176,3 +176,10 @@ def test_real_dynamic_sampling_recipe_parses_with_paper_settings():
     # whole groups on each of 8 GPUs: 16 x 8 completions per process per rollout
     per_process = training_args.per_device_train_batch_size * training_args.steps_per_generation
     assert per_process % training_args.num_generations == 0
+
+
+def test_toy_vllm_lora_recipe_parses_with_the_adapter_sync():
+    """The vLLM LoRA recipe turns the adapter sync on (tests/test_vllm_cpu.py runs it through vLLM)."""
+    _, training_args, model_args, _ = _parse(["--config", str(ROOT / "recipes/grpo/toy_nsr_vllm_lora.yaml")])
+    assert training_args.use_vllm and training_args.vllm_sync == "adapter" and training_args.vllm_mode == "colocate"
+    assert model_args.use_peft and model_args.lora_target_modules == "all-linear"

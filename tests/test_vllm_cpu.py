@@ -358,6 +358,11 @@ def test_lora_inits_sync_the_effective_weights(vllm_runs, method):
     MiLoRA, which rewrite the base, the base weights alone would give something else."""
     result = _feature(vllm_runs, "colocate", f"lora_{method}")
     _assert_fresh(result["gaps"], FP32_GAP, method)
+    _assert_vllm_holds_the_merged_model(result)
+
+
+def _assert_vllm_holds_the_merged_model(result):
+    """vLLM's prompt log-probs equal the trainer's merged model's, and differ from the base weights alone."""
     for vllm_logp, merged in zip(result["vllm_logps"], result["merged_logps"]):
         assert abs(vllm_logp - merged) < FP32_GAP, (result["vllm_logps"], result["merged_logps"])
     assert max(abs(a - b) for a, b in zip(result["merged_logps"], result["base_only_logps"])) > 1e-3
@@ -404,6 +409,15 @@ def test_eval_and_curate_generate_with_vllm(vllm_runs):
 @pytest.mark.distributed
 def test_toy_vllm_recipe_runs(vllm_runs):
     assert _feature(vllm_runs, "colocate", "toy_base_recipe")["code"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_toy_vllm_lora_recipe_runs_with_the_adapter_sync(vllm_runs):
+    """toy_nsr_vllm_lora (LoRA, vllm_sync: adapter) runs two steps; nothing falls back to the merged sync (run by the
+    server driver, whose process has no colocated engine before the CLI)."""
+    result = _feature(vllm_runs, "server", "toy_lora_recipe")
+    assert result["code"] == 0 and not any("merged sync runs instead" in line for line in result["log"])
 
 
 def test_setup_redoes_the_dependencies_only_when_their_versions_change(tmp_path, monkeypatch):
@@ -524,3 +538,252 @@ def test_colocate_with_two_processes_on_the_real_model(colocate_two_processes):
     assert left["records"] == right["records"] and len(left["records"]) == 4
     assert all(record["grad_norm"] > 0 for record in left["records"])  # the adapter trained
     assert left["lora_digest"] == right["lora_digest"]
+
+
+# ---------------------------------------------------------------------------------- LoRA adapter sync (vllm_sync)
+def _tiny_lora(tmp_path, **lora):
+    """A PEFT LoRA model on a saved tiny Qwen2 checkpoint (the folder vLLM would load)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from trl_rlvr_ext.toy import VLLM_SHAPE, save_tiny_model
+
+    path = save_tiny_model(tmp_path / "base", **VLLM_SHAPE)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    config = {"r": 4, "lora_alpha": 8, "target_modules": "all-linear", "task_type": "CAUSAL_LM", **lora}
+    return get_peft_model(model, LoraConfig(**config)), path
+
+
+class _FakeServer:
+    """The vLLM server as the adapter sync sees it: records every request, answers 200."""
+
+    def __init__(self, start_up=True):
+        self.base_url, self.model, self.posts, self.start_up = "http://127.0.0.1:1", "base", [], start_up
+        self.session = types.SimpleNamespace(post=self.post)
+        self.files = []
+
+    def post(self, url, json=None):
+        from safetensors.torch import load_file
+
+        self.posts.append((url.rsplit("/", 1)[-1], json))
+        if url.endswith("load_lora_adapter") and "lora_path" in json:
+            folder = Path(json["lora_path"])
+            self.files.append(
+                (sorted(p.name for p in folder.iterdir()), load_file(folder / "adapter_model.safetensors"))
+            )
+        if json.get("method") == "reload_weights_from_file":
+            self.files.append((["weights.safetensors"], load_file(json["args"][0])))
+        results = [{"start_up": self.start_up}] if json.get("method") == "holds_start_up_weights" else [1]
+        return types.SimpleNamespace(status_code=200, text="", json=lambda: {"results": results})
+
+    def reset_prefix_cache(self):
+        self.posts.append(("reset_prefix_cache", None))
+
+
+def _server_generation(model):
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    generation = types.SimpleNamespace(
+        mode="server", model=model, vllm_client=_FakeServer(), accelerator=types.SimpleNamespace(is_main_process=True)
+    )
+    generation._fix_param_name_to_vllm = lambda name: VLLMGeneration._fix_param_name_to_vllm(generation, name)
+    return generation
+
+
+def test_only_the_adapter_crosses_after_the_first_sync(tmp_path):
+    """Server mode without a server: each sync writes the adapter's tensors only (PEFT's names, lora_A/lora_B of every
+    targeted module, r x (d_in + d_out) numbers each) and loads it under a fresh name; the base crosses once, and only
+    where it differs from the checkpoint (or the server holds other weights)."""
+    import torch
+
+    from trl_rlvr_ext.grpo.vllm_lora import CPUAdapterSync
+
+    model, _ = _tiny_lora(tmp_path)
+    generation = _server_generation(model)
+    sync = CPUAdapterSync(generation, directory=str(tmp_path))
+    sync()
+    with torch.no_grad():  # a training step moves the adapter
+        next(p for n, p in model.named_parameters() if "lora_B" in n).add_(1.0)
+    sync()
+    server = generation.vllm_client
+    lora_modules = [m for _, m in model.named_modules() if hasattr(m, "lora_A")]
+    expected = sum(4 * (m.in_features + m.out_features) * 4 for m in lora_modules)  # r=4, float32
+    assert len(server.files) == 2  # two adapter folders, no base (the trainer's base is the checkpoint)
+    for names, tensors in server.files:
+        assert names == ["adapter_config.json", "adapter_model.safetensors"]
+        assert all(".lora_A." in n or ".lora_B." in n for n in tensors) and len(tensors) == 2 * len(lora_modules)
+        assert sum(t.numel() * t.element_size() for t in tensors.values()) == expected
+    assert [r["adapter"] for r in sync.sent] == [(2 * len(lora_modules), expected)] * 2
+    assert [r["base"] for r in sync.sent] == [None, None]
+    loads = [body["lora_name"] for name, body in server.posts if name == "load_lora_adapter"]
+    assert len(set(loads)) == 2 and server.model == loads[-1]  # a fresh name each sync; requests name the latest
+    assert [body["lora_name"] for name, body in server.posts if name == "unload_lora_adapter"] == loads[:1]
+    base_bytes = sum(p.numel() * p.element_size() for n, p in model.named_parameters() if "lora_" not in n)
+    assert expected * 10 < base_bytes  # what the merged sync ships at every sync
+    # a residual base (PiSSA/MiLoRA rewrite W): it crosses at the first sync only, under vLLM's names
+    with torch.no_grad():
+        model.base_model.model.model.layers[0].self_attn.q_proj.base_layer.weight.mul_(0.5)
+    fresh = CPUAdapterSync(_server_generation(model), directory=str(tmp_path))
+    fresh()
+    fresh()
+    files = fresh.generation.vllm_client.files
+    assert [names for names, _ in files] == [["weights.safetensors"]] + [
+        ["adapter_config.json", "adapter_model.safetensors"]
+    ] * 2
+    assert "model.layers.0.self_attn.q_proj.weight" in files[0][1] and not any("lora_" in n for n in files[0][1])
+    assert [r["base"] is not None for r in fresh.sent] == [True, False]
+    # a server that holds another run's weights gets the base even when the trainer's equals the checkpoint
+    model2, _ = _tiny_lora(tmp_path / "again")
+    other = CPUAdapterSync(_server_generation(model2), directory=str(tmp_path))
+    other.generation.vllm_client.start_up = False
+    other()
+    assert other.sent[0]["base"] is not None
+
+
+def test_adapter_sync_refuses_what_vllm_lora_cannot_serve(tmp_path):
+    import torch
+
+    from trl_rlvr_ext.grpo.vllm_lora import adapter_config_dict, adapter_refusal, colocate_lora_engine_kwargs
+
+    args = types.SimpleNamespace(vllm_enable_sleep_mode=False, fsdp=None, deepspeed_plugin=None)
+    model, _ = _tiny_lora(tmp_path)
+    assert adapter_refusal(model, args) is None
+    assert adapter_config_dict(model)["init_lora_weights"] is True  # vLLM refuses residual inits by name
+    assert "no PEFT adapter" in adapter_refusal(torch.nn.Linear(2, 2), args)
+    assert "DoRA" in adapter_refusal(_tiny_lora(tmp_path / "dora", use_dora=True)[0], args)
+    saved = _tiny_lora(tmp_path / "save", target_modules=["q_proj"], modules_to_save=["lm_head"])[0]
+    assert "modules_to_save" in adapter_refusal(saved, args)
+    embed = _tiny_lora(tmp_path / "embed", target_modules=["q_proj", "embed_tokens"])[0]
+    assert "['embed_tokens']" in adapter_refusal(embed, args)
+    model.base_model.model.model.norm.weight.requires_grad_(True)
+    assert "outside the adapter" in adapter_refusal(model, args)
+    assert "sleep" in adapter_refusal(
+        _tiny_lora(tmp_path / "s")[0], types.SimpleNamespace(**{**vars(args), "vllm_enable_sleep_mode": True})
+    )
+    # the colocated engine gets LoRA on, at the smallest max_lora_rank vLLM takes that holds the rank
+    on = types.SimpleNamespace(vllm_sync="adapter", vllm_mode="colocate")
+    assert colocate_lora_engine_kwargs(on, model, None) == {"enable_lora": True, "max_lora_rank": 8, "max_loras": 1}
+    assert colocate_lora_engine_kwargs(types.SimpleNamespace(**{**vars(on), "vllm_sync": "merged"}), model, None) == {}
+    assert colocate_lora_engine_kwargs(types.SimpleNamespace(**{**vars(on), "vllm_mode": "server"}), model, None) == {}
+
+
+def test_vllm_sync_config_checks():
+    from trl_rlvr_ext import RLVRGRPOConfig
+
+    common = {"output_dir": "/tmp/x", "report_to": "none", "use_cpu": True}
+    assert RLVRGRPOConfig(**common).vllm_sync == "merged"
+    with pytest.raises(ValueError, match="'merged' or 'adapter'"):
+        RLVRGRPOConfig(**common, use_vllm=True, vllm_sync="lora")
+    assert RLVRGRPOConfig(**common, vllm_sync="adapter").vllm_sync == "adapter"  # no vLLM: nothing syncs, inert
+    with pytest.raises(ValueError, match="vllm_enable_sleep_mode=False"):
+        RLVRGRPOConfig(**common, use_vllm=True, vllm_sync="adapter", vllm_enable_sleep_mode=True)
+
+
+def test_vllm_serve_lora_rank_turns_runtime_lora_on(capsys):
+    from trl_rlvr_ext.scripts import vllm_serve
+
+    assert vllm_serve.cli_main(["--model", "some/model", "--dry_run", "--lora_rank", "4"]) == 0
+    command = capsys.readouterr().out.split()
+    assert "--enable-lora" in command and command[command.index("--max-lora-rank") + 1] == "8"
+    from trl_rlvr_ext.grpo.vllm_lora import engine_lora_rank
+
+    assert [engine_lora_rank(r) for r in (1, 2, 16, 17, 512)] == [1, 8, 16, 32, 512]
+    with pytest.raises(ValueError, match="above vLLM's largest"):
+        engine_lora_rank(513)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize(("run", "init"), [
+    ("colocate", "default"), ("colocate", "rlpo"), ("colocate", "pissa"), ("server", "default"), ("server", "pissa"),
+])  # fmt: skip
+def test_lora_adapter_sync_keeps_vllm_fresh(vllm_runs, run, init):
+    """vllm_sync="adapter": vLLM serves the trainer's adapter (TRL's gap at float32 level at every generation; in
+    colocate, vLLM's prompt log-probs equal the trainer's merged model's), only the adapter crosses after the first
+    sync, and the base crosses once where vLLM's differs: PiSSA's residual base; RLPO (B0 = 0) and PEFT's default init
+    leave the base, except a server that holds another run's weights by then."""
+    result = _feature(vllm_runs, run, f"lora_adapter_{init}")
+    assert result["sync"] == "CPUAdapterSync"
+    _assert_fresh(result["gaps"], FP32_GAP, f"{run}/{init}")
+    assert len(result["gaps"]) == 2 and len(result["sent"]) == 3  # generations at steps 1 and 3, plus a final sync
+    for record in result["sent"]:
+        assert record["adapter"][1] == result["adapter_bytes"]  # the adapter's bytes, nothing else, per sync
+        assert all(".lora_A." in n or ".lora_B." in n for n in record["names"])
+    bases = [record["base"] is not None for record in result["sent"]]
+    assert bases == [init == "pissa" or run == "server", False, False]
+    if bases[0]:
+        assert result["sent"][0]["base"][1] == result["base_bytes"]
+    if run == "colocate":
+        assert result["lora_ids"] == [3]  # a fresh id per sync; the stale ones removed
+        _assert_vllm_holds_the_merged_model(result)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_lora_adapter_sync_falls_back_with_one_log_line(vllm_runs):
+    result = _feature(vllm_runs, "colocate", "lora_adapter_fallback")
+    assert result["sync"] == "CPUWeightSync"
+    message = (
+        "vllm_sync='adapter': DoRA (use_dora=True) is not served by vLLM's LoRA; the merged sync runs instead "
+        "(every weight crosses at each sync)."
+    )
+    assert result["log"] == [message]
+    _assert_fresh(result["gaps"], FP32_GAP, "DoRA, merged")
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_lora_adapter_sync_kill_and_resume(vllm_runs):
+    """Resumed from step 2 in a fresh trainer and engine: steps 3-4 equal the uninterrupted run's to the bit; with
+    PiSSA the new engine loaded the original base, so the resumed run sends the residual base again (withheld, the
+    gap jumps)."""
+    result = _feature(vllm_runs, "colocate", "lora_adapter_resume")
+    assert result["resumed"] == result["uninterrupted"]
+    assert result["resumed_completions"] == result["uninterrupted_completions"]
+    assert [r["base"] for r in result["resumed_sent"]] == [None, None]
+    pissa = _feature(vllm_runs, "colocate", "lora_adapter_resume_pissa")
+    assert [r["base"] is not None for r in pissa["resumed_sent"]] == [True, False]
+    _assert_fresh(pissa["resumed_gaps"], FP32_GAP, "PiSSA resumed")
+    assert max(mean for mean, _ in pissa["withheld_gaps"]) > STALE_GAP, pissa["withheld_gaps"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_vllm_internals_the_adapter_sync_touches_still_exist(vllm_runs):
+    assert all(_feature(vllm_runs, "colocate", "vllm_private_attributes").values())
+
+
+def test_lora_engine_kwargs_reach_the_colocated_engine_on_cpu_only(fake_vllm_platform, monkeypatch):
+    """vllm_sync="adapter": the colocated engine is built with LoRA on, under the user's vllm_engine_kwargs; no
+    other engine (server mode, another platform) is touched."""
+    from trl.generation import vllm_generation
+
+    from trl_rlvr_ext.grpo.vllm_cpu import vllm_build_patches
+
+    seen = []
+    monkeypatch.setattr(vllm_generation, "LLM", lambda **kw: seen.append(kw), raising=False)
+    lora = {"enable_lora": True, "max_lora_rank": 8, "max_loras": 1}
+    args = types.SimpleNamespace(use_vllm=True, vllm_mode="colocate", vllm_engine_kwargs={"max_loras": 2})
+    with vllm_build_patches(args, lora):
+        vllm_generation.LLM(model="m")
+    assert seen[-1] == {"model": "m", "enable_lora": True, "max_lora_rank": 8, "max_loras": 2}  # the user's win
+    fake_vllm_platform.cpu = False
+    with vllm_build_patches(args, lora):
+        vllm_generation.LLM(model="m")
+    assert seen[-1] == {"model": "m", "max_loras": 2}
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_lora_adapter_sync_on_the_real_model(vllm_runs):
+    """SmolLM2-135M-Instruct with PiSSA and vllm_sync="adapter": TRL's gap at the 30-layer model's float32 level
+    (1e-4, as the two-process test), the residual base (134.5 M parameters) crosses once, then only the adapter
+    (1.2 M parameters at r = 4: 0.9 % of the base's bytes) at each sync."""
+    result = _feature(vllm_runs, "colocate", "lora_adapter_real_model")
+    assert result["sync"] == "CPUAdapterSync"
+    _assert_fresh(result["gaps"], 1e-4, "SmolLM2 + PiSSA, adapter sync")
+    assert [r["base"] is not None for r in result["sent"]] == [True, False, False]
+    assert result["sent"][0]["base"][1] == result["base_bytes"]
+    assert all(r["adapter"][1] == result["adapter_bytes"] for r in result["sent"])
+    assert result["adapter_bytes"] * 100 < result["base_bytes"]

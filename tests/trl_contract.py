@@ -95,6 +95,10 @@ PRIVATE_ATTRIBUTES = {
         ("trl.generation.vllm_generation:VLLMGeneration",),
         "the CPU weight sync sends the tensors TRL would (called)",
     ),
+    "_fix_param_name_to_vllm": (
+        ("trl.generation.vllm_generation:VLLMGeneration",),
+        "the adapter sync names the base tensors as TRL's sync does (called)",
+    ),
     "_llm_weights_sleeping": (
         ("trl.generation.vllm_generation:VLLMGeneration",),
         "the CPU weight sync marks the weights awake, as TRL's sync does",
@@ -104,6 +108,14 @@ PRIVATE_ATTRIBUTES = {
     "_reset_state": (("accelerate.state:AcceleratorState",), "the distributed checks start each run clean (called)"),
     "_fingerprint": (("datasets:Dataset",), "offline curation keys its shards by the dataset's fingerprint"),
     "_actions": (("argparse:ArgumentParser",), "the command lines name an unknown option's closest match"),
+}
+# The same for vLLM's internals (vLLM is not installed beside the package: tests/vllm_cpu/run_colocate.py checks these
+# in the vLLM venv, and tests/test_vllm_cpu.py asserts on its answer)
+VLLM_PRIVATE_ATTRIBUTES = {
+    "_adapter_manager": (
+        ("vllm.lora.worker_manager:WorkerLoRAManager",),
+        "the colocated adapter sync adds the adapter it built in memory (grpo/vllm_lora.py)",
+    ),
 }
 # Names with a leading underscore that are public API (documented) where the package uses them
 PUBLIC_UNDERSCORED = {"_exit": "os._exit"}

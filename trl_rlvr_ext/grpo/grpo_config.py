@@ -40,6 +40,7 @@ from .methods.relex import RelexArguments
 from .methods.reward_guard import RewardGuardArguments
 from .methods.rsi import RSI_SELECTION_MODES, RSIArguments  # noqa: F401
 from .methods.signal_check import SignalCheckArguments
+from .vllm_lora import VLLM_SYNC_MODES
 
 
 # The built-in methods' field mixins, listed last-first so that `dataclasses.fields` lists them in the registry's order
@@ -80,6 +81,13 @@ class RLVRGRPOConfig(*_METHOD_ARGS, LoraInitArguments, GRPOConfig):
             `dtype` or `enforce_eager` there), e.g. `{"enforce_eager": True, "dtype": "float32"}`: on a CPU machine
             `enforce_eager` cuts the engine build from ~30 s to ~3 s, and `dtype="float32"` keeps a float32 model in
             float32 (vLLM picks bfloat16 otherwise). See docs/vllm_cpu.md. A server takes its own on its command line.
+        vllm_sync (`str`, *optional*, defaults to `"merged"`):
+            How the weights reach vLLM at each sync on vLLM's CPU platform. `"merged"` (TRL's way): a PEFT adapter is
+            merged and every weight crosses. `"adapter"`: with a LoRA model, vLLM serves the adapter itself (its LoRA
+            support) and only the adapter's tensors cross, plus the base once where it differs from the checkpoint
+            vLLM loaded (PiSSA/MiLoRA's residual base). Where vLLM's LoRA does not cover the adapter (DoRA, LoRA on
+            the embeddings or LM head, `modules_to_save`, ...) the merged sync runs and one log line says why. A
+            server must be started with `trl-rlvr-ext vllm-serve --lora_rank R`. See docs/vllm_cpu.md.
     """
 
     vllm_engine_kwargs: dict | str | None = field(
@@ -87,6 +95,16 @@ class RLVRGRPOConfig(*_METHOD_ARGS, LoraInitArguments, GRPOConfig):
         metadata={
             "help": "Extra keyword arguments for the colocated vllm.LLM engine, as a dict (or JSON string), e.g. "
             '{"enforce_eager": true, "dtype": "float32"} (CPU: ~3 s engine build instead of ~30 s). Colocate only.'
+        },
+    )
+
+    vllm_sync: str = field(
+        default="merged",
+        metadata={
+            "help": "How weights reach vLLM (CPU platform): 'merged' (TRL's way: the adapter merged, every weight "
+            "crosses) or 'adapter' (a LoRA model: vLLM serves the adapter, only its tensors cross; the base once "
+            "where it differs, e.g. PiSSA). A server needs `trl-rlvr-ext vllm-serve --lora_rank R`.",
+            "choices": list(VLLM_SYNC_MODES),
         },
     )
 
@@ -102,8 +120,20 @@ class RLVRGRPOConfig(*_METHOD_ARGS, LoraInitArguments, GRPOConfig):
         for method in methods_for(self):
             method.check(self)
         check_composition(self)
+        self._check_vllm_sync()
         if isinstance(self.vllm_engine_kwargs, str):  # from a command line
             self.vllm_engine_kwargs = json.loads(self.vllm_engine_kwargs)
+
+    def _check_vllm_sync(self):
+        sync = getattr(self, "vllm_sync", "merged")
+        if sync not in VLLM_SYNC_MODES:
+            raise ValueError(f"vllm_sync must be 'merged' or 'adapter', got {sync!r}.")
+        # With use_vllm=False nothing syncs and the field is inert (a vLLM recipe run with `--use_vllm false`)
+        if sync == "adapter" and getattr(self, "vllm_enable_sleep_mode", False):
+            raise ValueError(
+                "vllm_sync='adapter' keeps the base weights in vLLM, but vllm_enable_sleep_mode=True discards them at "
+                "each sleep: set vllm_enable_sleep_mode=False, or vllm_sync='merged'."
+            )
 
     @classmethod
     def with_methods(cls, *methods: type[GRPOMethod]) -> type["RLVRGRPOConfig"]:

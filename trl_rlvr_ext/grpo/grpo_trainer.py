@@ -19,6 +19,7 @@ from .grpo_config import RLVRGRPOConfig
 from .inputs import check_grpo_inputs, resolve_reward_names
 from .method import HOOKS, LOSS_COPY_HOOKS, GRPOMethod, active_methods
 from .vllm_cpu import install_cpu_weight_sync, vllm_build_patches
+from .vllm_lora import colocate_lora_engine_kwargs
 from .vllm_state import install_server_guard
 
 
@@ -82,7 +83,9 @@ class RLVRGRPOTrainer(CheckpointStateMixin, GRPOTrainer):
         for method in active_methods(args):
             if "reward_funcs" in method.acts_on():
                 reward_funcs = method.reward_funcs(reward_funcs, args)
-        with vllm_build_patches(args):  # vllm_engine_kwargs; server mode on CPU: no NCCL group (grpo/vllm_cpu.py)
+        # vllm_sync="adapter", colocated on CPU: the engine is built with LoRA on (grpo/vllm_lora.py)
+        lora_engine_kwargs = colocate_lora_engine_kwargs(args, model, kwargs.get("peft_config"))
+        with vllm_build_patches(args, lora_engine_kwargs):  # vllm_engine_kwargs; server on CPU: no NCCL group
             super().__init__(model, reward_funcs, args=args, **kwargs)
         # vLLM on CPU: weights reach the engine through vLLM's reload path; elsewhere TRL's own sync stays
         self._vllm_cpu_sync = install_cpu_weight_sync(self)

@@ -4,6 +4,11 @@ Both methods need hidden states that TRL's own passes do not keep (DelTA: the in
 layer's output), and read them the way their authors do, in verl's old-log-prob pass: without gradient and without
 dropout (`actor_module.eval()`). So this pass runs in eval mode (LoRA's dropout included), draws nothing from the
 global RNG, and gives the trainer back in the mode it found it.
+
+`SharedOldLogpsPass` lets a method read its hidden states from the old-log-prob pass TRL already makes (when rollouts
+are reused, or with vLLM's importance-sampling correction) instead of a pass of its own: the same call of
+`_get_per_token_logps_and_entropies` on the same batch, so the same numbers, wherever TRL's pass (in the trainer's
+mode) equals the eval-mode pass (`train_mode_changes_forward` says when it may not).
 """
 
 import torch
@@ -48,6 +53,105 @@ def hooked_forward(trainer, module: torch.nn.Module, hook, output: dict, compute
         handle.remove()
         model.train(was_training)
     return logps, entropies
+
+
+def capture_completion_states(logits_to_keep: int, into: list):
+    """A forward hook appending the hidden states at the positions that predict the completion tokens (position t
+    predicts token t + 1: the last ``logits_to_keep`` positions but one) to ``into``: a copy, so that the prompt
+    positions of the chunk's hidden states are freed."""
+
+    def capture(module, module_args, module_output):
+        into.append(module_output[0][:, -logits_to_keep - 1 : -1].detach().clone())
+
+    return capture
+
+
+def trl_scores_old_logps(trainer) -> bool:
+    """Whether TRL's `_generate_and_score_completions` runs its old-log-prob pass (TRL's own condition): when a
+    generation batch serves more than one optimizer step's micro-batches (``num_iterations`` > 1, or more generation
+    steps than accumulation steps), or with vLLM's importance-sampling correction."""
+    generate_every = trainer.args.steps_per_generation * trainer.num_iterations
+    return trainer.args.gradient_accumulation_steps % generate_every != 0 or bool(
+        getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False)
+    )
+
+
+# Config fields of a transformers model that act only in training mode (dropout, MoE router noise)
+_TRAIN_ONLY_CONFIG = ("dropout", "pdrop", "jitter")
+
+
+def train_mode_changes_forward(model) -> str | None:
+    """Why a no-grad forward of ``model`` in training mode may differ from one in eval mode (a dropout module with
+    p > 0, e.g. LoRA's; a config field of dropout or router noise above 0), or None when nothing in it does."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            return f"its module {name} is a dropout with p={module.p}"
+    from peft import PeftModel
+
+    base = model.get_base_model() if isinstance(model, PeftModel) else model
+    config = getattr(base, "config", None)
+    configs = [config, *(getattr(config, key, None) for key in ("text_config", "vision_config"))] if config else []
+    for sub in configs:
+        if sub is None:
+            continue
+        for key, value in sub.to_dict().items():
+            if any(word in key for word in _TRAIN_ONLY_CONFIG) and isinstance(value, (int, float)) and value > 0:
+                return f"its config has {key}={value}"
+    return None
+
+
+class SharedOldLogpsPass:
+    """Captures ``module``'s output during TRL's old-log-prob pass of one `_generate_and_score_completions` call.
+
+    `wrap(call, inputs)` runs ``call`` (TRL's generation and scoring) with the trainer's
+    `_get_per_token_logps_and_entropies` wrapped so that its first call on the policy carries ``hook_factory(logits
+    _to_keep, list)`` as a forward hook on ``module``; `take(output)` then returns what the hook collected, and only
+    when ``output["old_per_token_logps"]`` is the very tensor that pass returned (else None: the batch was rebuilt, or
+    the first policy pass was another one)."""
+
+    def __init__(self, trainer, module: torch.nn.Module, hook_factory=capture_completion_states):
+        self.trainer, self.module, self.hook_factory = trainer, module, hook_factory
+        self.captured = None
+
+    def wrap(self, call, inputs):
+        trainer = self.trainer
+        self.captured = None
+        if not trl_scores_old_logps(trainer):
+            return call(inputs)
+        own = trainer.__dict__.get("_get_per_token_logps_and_entropies")  # an instance override, if any
+        forward = trainer._get_per_token_logps_and_entropies
+        seen = {}
+
+        def first_policy_pass(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+            if seen or model is not trainer.model:
+                return forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+            seen["states"] = []
+            handle = self.module.register_forward_hook(self.hook_factory(logits_to_keep, seen["states"]))
+            try:
+                out = forward(model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
+            finally:
+                handle.remove()
+            seen["logps"] = out[0]
+            return out
+
+        trainer._get_per_token_logps_and_entropies = first_policy_pass
+        try:
+            output = call(inputs)
+        finally:
+            if own is None:
+                del trainer._get_per_token_logps_and_entropies
+            else:
+                trainer._get_per_token_logps_and_entropies = own
+        if "logps" in seen:
+            self.captured = seen
+        return output
+
+    def take(self, output: dict):
+        """``(captured list, log-probs)`` of TRL's old-log-prob pass of ``output``, or None (see the class)."""
+        captured, self.captured = self.captured, None
+        if captured is None or output.get("old_per_token_logps") is not captured["logps"]:
+            return None
+        return captured["states"], captured["logps"]
 
 
 def lm_backbone(trainer, setting: str) -> torch.nn.Module:

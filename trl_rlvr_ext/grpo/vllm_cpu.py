@@ -72,7 +72,13 @@ class CPUWeightSyncExtension:
 
         weights = load_file(path)
         reload_weights(self.model_runner, weights.items())
+        self.trl_rlvr_ext_reloaded = True
         return len(weights)
+
+    def holds_start_up_weights(self) -> dict:
+        """Whether this worker still holds the checkpoint it started with (no reload since): the adapter sync
+        (`trl_rlvr_ext.grpo.vllm_lora`) sends its base unless it does and the trainer's base equals it."""
+        return {"start_up": not getattr(self, "trl_rlvr_ext_reloaded", False)}
 
 
 class CPUWeightSync:
@@ -144,22 +150,38 @@ class CPUWeightSync:
 
 
 def install_cpu_weight_sync(trainer) -> CPUWeightSync | None:
-    """Replace ``trainer.vllm_generation.sync_weights`` by `CPUWeightSync` when vLLM's platform is CPU.
+    """Replace ``trainer.vllm_generation.sync_weights`` by `CPUWeightSync` when vLLM's platform is CPU (by
+    `trl_rlvr_ext.grpo.vllm_lora.CPUAdapterSync` with ``vllm_sync="adapter"`` where vLLM's LoRA serves the adapter).
 
     Returns the installed sync, or ``None`` (no vLLM engine, or a non-CPU platform: TRL's own sync stays)."""
     generation = getattr(trainer, "vllm_generation", None)
-    if not getattr(trainer, "use_vllm", False) or generation is None or not vllm_platform_is_cpu():
+    if not getattr(trainer, "use_vllm", False) or generation is None:
         return None
-    sync = CPUWeightSync(generation)
+    adapter = getattr(getattr(trainer, "args", None), "vllm_sync", "merged") == "adapter"
+    if not vllm_platform_is_cpu():
+        if adapter:
+            from .vllm_lora import ADAPTER_FALLBACK_LOG, logger
+
+            reason = "it is built for vLLM's CPU platform, and TRL's own sync runs on this one"
+            logger.warning(ADAPTER_FALLBACK_LOG.format(reason=reason))
+        return None
+    if adapter:
+        from .vllm_lora import install_adapter_sync
+
+        sync = install_adapter_sync(generation, trainer.args)
+    else:
+        sync = CPUWeightSync(generation)
     generation.sync_weights = sync
     return sync
 
 
 @contextlib.contextmanager
-def vllm_build_patches(args):
+def vllm_build_patches(args, lora_engine_kwargs: dict | None = None):
     """What changes while a trainer with ``use_vllm=True`` is built; nothing at all without it.
 
     - ``vllm_engine_kwargs`` (colocate): added to TRL's ``vllm.LLM(...)`` call, any platform;
+    - ``lora_engine_kwargs`` (colocate, vLLM's CPU platform, ``vllm_sync="adapter"``): LoRA turned on in that engine
+      (`trl_rlvr_ext.grpo.vllm_lora.colocate_lora_engine_kwargs`), under ``vllm_engine_kwargs``;
     - server mode on vLLM's CPU platform: ``VLLMClient.init_communicator`` is a no-op (its NCCL engine needs CUDA;
       `CPUWeightSync` syncs through a file instead).
 
@@ -174,6 +196,8 @@ def vllm_build_patches(args):
             "pass the server's engine options on its command line (`trl-rlvr-ext vllm-serve --help`), or set "
             "vllm_mode='colocate'."
         )
+    if lora_engine_kwargs and args.vllm_mode == "colocate" and vllm_platform_is_cpu():
+        engine_kwargs = {**lora_engine_kwargs, **(engine_kwargs or {})}
     with contextlib.ExitStack() as stack:
         if engine_kwargs:
             from trl.generation import vllm_generation

@@ -6,7 +6,8 @@
 It runs ``vllm serve`` the way ``trl vllm-serve`` does (``VLLM_SERVER_DEV_MODE=1``, ``--logprobs-mode
 processed_logprobs``, ``--max-logprobs -1``), plus what the CPU weight sync needs: the worker extension
 ``trl_rlvr_ext.grpo.vllm_cpu.CPUWeightSyncExtension``, whose ``reload_weights_from_file`` the trainer calls through the
-server's ``/collective_rpc`` after writing its weights to a local safetensors file. It listens on 127.0.0.1 by
+server's ``/collective_rpc`` after writing its weights to a local safetensors file (``--lora_rank R``: LoRA adapters
+served and loaded at run time, for ``vllm_sync="adapter"``). It listens on 127.0.0.1 by
 default: the trainer and the server must share a file system, and dev mode's endpoints must not face a network. It
 runs eagerly (``--enforce-eager``) unless ``--compile`` is given: torch.compile adds about 30 s to start-up on CPU and
 pays off only for larger models. Options it does not know are passed on to ``vllm serve`` as they are.
@@ -39,6 +40,12 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="auto", help="Weights' dtype in vLLM (auto: bfloat16 for a float32 model).")
     parser.add_argument("--max_model_len", type=int, default=None, help="Context length (prompt + completion).")
     parser.add_argument("--compile", action="store_true", help="Use torch.compile (slower start-up on CPU).")
+    parser.add_argument(
+        "--lora_rank",
+        type=int,
+        default=None,
+        help="Serve LoRA adapters up to this rank, loaded at run time (the trainer's vllm_sync='adapter').",
+    )
     parser.add_argument("--dry_run", action="store_true", help="Print the vllm serve command and exit.")
     return parser
 
@@ -50,6 +57,10 @@ def build_command(args: argparse.Namespace, model_path: str, extra: list[str]) -
         command += ["--max-model-len", str(args.max_model_len)]
     if not args.compile:
         command += ["--enforce-eager"]
+    if args.lora_rank is not None:  # vLLM takes only some ranks: the smallest that holds the adapter's
+        from ..grpo.vllm_lora import engine_lora_rank
+
+        command += ["--enable-lora", "--max-lora-rank", str(engine_lora_rank(args.lora_rank)), "--max-loras", "1"]
     command += ["--worker-extension-cls", WORKER_EXTENSION]
     command += ["--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
     return command + extra
@@ -126,6 +137,8 @@ def cli_main(argv: list[str] | None = None) -> int:
     command = build_command(args, resolve_model_name_or_path(args.model), extra)
     env = dict(os.environ)
     env["VLLM_SERVER_DEV_MODE"] = "1"  # /collective_rpc and /reset_prefix_cache live behind vLLM's dev mode
+    if args.lora_rank is not None:  # /v1/load_lora_adapter, which the adapter sync calls, lives behind this
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache; vLLM's default fraction of RAM is far too much
     print(" ".join(command), flush=True)
     if args.dry_run:

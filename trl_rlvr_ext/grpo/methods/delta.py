@@ -6,15 +6,31 @@ The weights are computed once per generation batch (`scored_batch`, after dynami
 whole batch of this process: the authors compute them once per rollout batch, with the policy that sampled it, before
 the updates, verl's `compute_log_prob_h`) into the declared batch field `token_credit_weights`; the `advantages` hook
 multiplies them in where PPO's clipped objective reads the advantages, so NSR and ACPO see the weighted advantages.
+
+The hidden states and log-probs come from the old-log-prob pass TRL already makes when it makes one (rollouts reused:
+``num_iterations`` > 1 or more generation steps than accumulation steps; vLLM's importance-sampling correction), with
+the hook riding on it: no extra forward. That pass is the same call on the same batch as DelTA's own, so the weights are
+the same to the bit, provided nothing in the model acts differently in training mode (TRL's pass runs in the trainer's
+mode, DelTA's own in eval mode, as the authors'). Otherwise (no old-log-prob pass, a dropout or other train-only
+module, dynamic sampling, whose merged batch is not the one any pass scored) DelTA makes its own no-grad pass, and the
+log says why once.
 """
 
+import logging
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
 
 from ...losses.delta import DELTA_PAPER_SETTINGS, delta_token_weights, delta_weight_stats
-from ..hooked_forward import hooked_forward, lm_backbone
+from ..hooked_forward import (
+    SharedOldLogpsPass,
+    capture_completion_states,
+    hooked_forward,
+    lm_backbone,
+    train_mode_changes_forward,
+    trl_scores_old_logps,
+)
 from ..method import GRPOMethod
 from .clip_objective import CLIPPED_LOSS_TYPES
 
@@ -32,6 +48,8 @@ TOKEN_CREDIT_REFUSED_LOSS_TYPES = {
 }
 WEIGHTS_KEY = "token_credit_weights"
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass
 class DeltaArguments:
@@ -46,8 +64,9 @@ class DeltaArguments:
             with the advantage-weighted centroids of the positive- and negative-advantage tokens; a sigmoid of the
             margin maps it to a weight in [`token_credit_w_lo`, `token_credit_w_hi`], the weights are renormalised to
             mean 1 and multiply the advantage (`trl_rlvr_ext.losses.delta_token_weights`). As in the authors' code,
-            the weights are computed once per generation batch on each process, without gradient, from one extra
-            forward pass of the policy that sampled the batch. Only for loss types with PPO's clipped objective
+            the weights are computed once per generation batch on each process, without gradient, by the policy that
+            sampled the batch: in TRL's old-log-prob pass when rollouts are reused (no extra forward), else in one
+            extra forward pass. Only for loss types with PPO's clipped objective
             (grpo, bnpo, dr_grpo, dapo, luspo). Composes with `clip_recovery` and `adaptive_clip`.
         token_credit_w_lo (`float`, *optional*, defaults to `0.8`):
             DelTA: the weight of the least discriminative tokens, before renormalisation (released script: 0.8).
@@ -121,6 +140,39 @@ class Delta(GRPOMethod):
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
             raise ValueError(f"token_credit_refine_steps must be an integer >= 0, got {steps!r} (released script: 1).")
 
+    def setup(self, trainer) -> None:
+        super().setup(trainer)
+        self.shared_pass, self._own_pass_said = None, False
+        why = self._why_not_shared()
+        if why is None:
+            backbone = lm_backbone(trainer, f"token_credit={self.args.token_credit!r}")
+            self.shared_pass = SharedOldLogpsPass(trainer, backbone)
+            logger.info(
+                "token_credit='delta': the hidden states come from TRL's old-log-prob pass (no extra forward)."
+            )
+        else:
+            logger.info("token_credit='delta': one extra no-grad forward per generation batch, because %s.", why)
+
+    def _why_not_shared(self) -> str | None:
+        """Why TRL's old-log-prob pass cannot give DelTA's hidden states in training (None: it can)."""
+        if not trl_scores_old_logps(self.trainer):
+            return (
+                "TRL makes no old-log-prob pass when each generation batch serves one optimizer step "
+                "(num_iterations=1, steps_per_generation <= gradient_accumulation_steps, no vLLM importance sampling)"
+            )
+        if getattr(self.args, "dynamic_sampling", False):
+            return "dynamic sampling merges rounds into a batch that no pass has scored as a whole"
+        why = train_mode_changes_forward(self.trainer.model)
+        if why is not None:
+            return f"TRL's pass runs in training mode and the model's forward depends on it ({why})"
+        return None
+
+    def generate_and_score(self, call, inputs):
+        # Innermost of the methods' wraps: ``call`` is TRL's own generation and scoring of this batch
+        if self.shared_pass is None:
+            return call(inputs)
+        return self.shared_pass.wrap(call, inputs)
+
     def scored_batch(self, output: dict) -> None:
         output[WEIGHTS_KEY] = self.token_weights(output)
 
@@ -128,27 +180,32 @@ class Delta(GRPOMethod):
         return advantages * inputs[WEIGHTS_KEY]
 
     def token_weights(self, output: dict) -> torch.Tensor:
-        """DelTA's weights for the generation batch `output` of this process: one extra forward pass without
-        gradient, in chunks of the per-device batch size, with a forward hook on the backbone capturing the hidden
-        states at the positions that predict the completion tokens; the log-probabilities come from the same pass
-        (TRL's own, at its temperature)."""
-        args, trainer = self.args, self.trainer
-        mode = "train" if trainer.model.training else "eval"
-        completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
-        logits_to_keep = completion_ids.size(1)
-        mask = completion_mask if "tool_mask" not in output else completion_mask * output["tool_mask"]
-        captured = []
-
-        def capture(module, module_args, module_output):
-            # hidden state h_t at position t predicts token t + 1: the completion's are the last ones but one
-            # (a copy, so that the prompt positions of the chunk's hidden states are freed)
-            captured.append(module_output[0][:, -logits_to_keep - 1 : -1].detach().clone())
-
-        # Without dropout (LoRA's included), as the authors' pass runs (`actor_module.eval()`): the weights are a
-        # deterministic function of the batch, and this pass draws nothing from the global RNG.
-        logps, _ = hooked_forward(
-            trainer, lm_backbone(trainer, f"token_credit={args.token_credit!r}"), capture, output
+        """DelTA's weights for the generation batch `output` of this process, from the hidden states at the positions
+        that predict the completion tokens (a forward hook on the backbone) and the log-probabilities of the same pass
+        (TRL's own, at its temperature): TRL's old-log-prob pass when it scored this very batch (`setup`), else one
+        extra forward pass without gradient, in chunks of the per-device batch size."""
+        args = self.args
+        mode = "train" if self.trainer.model.training else "eval"
+        mask = (
+            output["completion_mask"] if "tool_mask" not in output else output["completion_mask"] * output["tool_mask"]
         )
+        shared = self.shared_pass.take(output) if self.shared_pass is not None else None
+        if shared is not None:
+            captured, logps = shared
+        else:
+            if self.shared_pass is not None and not self._own_pass_said:  # expected the shared pass: say why not
+                self._own_pass_said = True
+                logger.warning(
+                    "token_credit='delta': TRL's old-log-prob pass did not score this generation batch as it reached "
+                    "DelTA (another method rebuilt the batch, or the installed TRL scores it differently), so DelTA "
+                    "made its own forward pass: the same weights, one extra forward per generation batch."
+                )
+            captured = []
+            # Without dropout (LoRA's included), as the authors' pass runs (`actor_module.eval()`): the weights are a
+            # deterministic function of the batch, and this pass draws nothing from the global RNG.
+            capture = capture_completion_states(output["completion_ids"].size(1), captured)
+            backbone = lm_backbone(self.trainer, f"token_credit={args.token_credit!r}")
+            logps, _ = hooked_forward(self.trainer, backbone, capture, output)
         hidden = torch.cat(captured, dim=0)
         if hidden.shape[:2] != logps.shape:
             raise RuntimeError(

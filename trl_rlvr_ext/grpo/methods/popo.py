@@ -231,7 +231,9 @@ class Popo(GRPOMethod):
             ).logits
         finally:
             handle.remove()
-        logits = logits[:, :-1, :][:, -logits_to_keep:, :] / self.trainer.temperature
+        logits = logits[:, :-1, :][:, -logits_to_keep:, :]
+        if self.trainer.temperature != 1.0:  # x / 1 is x: no (B, T, V) copy and its backward (as TRL's log-softmax)
+            logits = logits / self.trainer.temperature
         per_token_logps = selective_log_softmax(logits, completion_ids)
         entropies = entropy_from_logits(logits)  # with gradient: L_ent backpropagates
         del logits
