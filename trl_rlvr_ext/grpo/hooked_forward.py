@@ -78,13 +78,22 @@ def trl_scores_old_logps(trainer) -> bool:
 
 # Config fields of a transformers model that act only in training mode (dropout, MoE router noise)
 _TRAIN_ONLY_CONFIG = ("dropout", "pdrop", "jitter")
+# torch's dropout modules by their public names (their common base class is private)
+_DROPOUTS = (
+    torch.nn.Dropout,
+    torch.nn.Dropout1d,
+    torch.nn.Dropout2d,
+    torch.nn.Dropout3d,
+    torch.nn.AlphaDropout,
+    torch.nn.FeatureAlphaDropout,
+)
 
 
 def train_mode_changes_forward(model) -> str | None:
     """Why a no-grad forward of ``model`` in training mode may differ from one in eval mode (a dropout module with
     p > 0, e.g. LoRA's; a config field of dropout or router noise above 0), or None when nothing in it does."""
     for name, module in model.named_modules():
-        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+        if isinstance(module, _DROPOUTS) and module.p > 0:
             return f"its module {name} is a dropout with p={module.p}"
     from peft import PeftModel
 
