@@ -698,7 +698,10 @@ def test_saved_adapter_loads_onto_original_base(tiny, ids, tmp_path, method):
             if "lora_" in name:
                 param.add_(0.05 * torch.randn(param.shape, generator=g))
     trained = peft_model(ids).logits
+    rng = torch.get_rng_state()
     out = save_converted_adapter(peft_model, str(tmp_path / "for_base"))
+    # PEFT's conversion creates an adapter (drawing A from the torch generator): a training run's stream must not move
+    assert torch.equal(torch.get_rng_state(), rng)
     reloaded = PeftModel.from_pretrained(copy.deepcopy(tiny), out)
     torch.testing.assert_close(reloaded(ids).logits, trained, atol=1e-5, rtol=1e-5)
     merged = reloaded.merge_and_unload()

@@ -230,12 +230,19 @@ def test_paper_recipes_parse(method):
     assert training_args.loss_type == "dapo" and (training_args.epsilon, training_args.epsilon_high) == (0.2, 0.28)
 
 
-def test_resume_from_checkpoint_with_a_residual_init(tiny_model_path, tmp_path):
-    # Resuming re-runs the (deterministic) init to rebuild the residual base, then loads the checkpoint's adapter.
-    def trainer_for(output_dir):
+@pytest.mark.parametrize("method", METHODS)
+def test_resume_from_checkpoint_is_bit_exact(tiny_model_path, tmp_path, method):
+    """4 steps uninterrupted (checkpoint at step 2) = 2 steps + resume to 4, to the bit: logged steps 3-4, every
+    parameter, the logits and (PiSSA/MiLoRA) the residual base, which resuming rebuilds by re-running the init before
+    loading the checkpoint's adapter. A third run without checkpoints: saving does not change the run either (the
+    converted-adapter export written at each checkpoint once drew from the torch generator after the checkpoint had
+    recorded it, so the uninterrupted run sampled other completions from step 3 on). The same parameter names: the
+    converted adapter, which transformers loads from the checkpoint as one more adapter, is dropped."""
+
+    def trainer_for(output_dir, save_strategy="steps"):
         args = grpo_args(
-            tmp_path, output_dir=str(output_dir), lora_init="milora", lora_init_kwargs=QUIET, max_steps=2,
-            learning_rate=0.05, save_strategy="steps", save_steps=2,
+            tmp_path, output_dir=str(output_dir), lora_init=method, lora_init_kwargs=QUIET, max_steps=4,
+            learning_rate=0.05, save_strategy=save_strategy, save_steps=2,
         )  # fmt: skip
         return RLVRGRPOTrainer(
             model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset(8),
@@ -245,9 +252,61 @@ def test_resume_from_checkpoint_with_a_residual_init(tiny_model_path, tmp_path):
     first = trainer_for(tmp_path / "first")
     first.train()
     resumed = trainer_for(tmp_path / "resumed")
-    resumed.train(resume_from_checkpoint=str(tmp_path / "first" / "checkpoint-2"))  # nothing left to train
+    resumed.train(resume_from_checkpoint=str(tmp_path / "first" / "checkpoint-2"))
+    unsaved = trainer_for(tmp_path / "unsaved", save_strategy="no")
+    unsaved.train()
+
+    def logged(trainer):  # every value logged at steps 3-4 but the wall-clock step_time (not the run's summary:
+        # transformers' train_loss of a resumed run averages the resumed steps' losses only)
+        return [
+            {key: value for key, value in entry.items() if key != "step_time"}
+            for entry in trainer.state.log_history
+            if entry["step"] > 2 and "loss" in entry
+        ]
+
+    assert [entry["step"] for entry in logged(first)] == [3, 4]
+    assert logged(resumed) == logged(first) == logged(unsaved)
+    assert all(entry["grad_norm"] > 0 for entry in logged(first))  # steps 3-4 trained: the comparison is not void
+    for other in (resumed, unsaved):
+        got = dict(other.model.named_parameters())
+        assert got.keys() == dict(first.model.named_parameters()).keys()
+        for name, want in first.model.named_parameters():
+            assert torch.equal(got[name], want), name
     ids = torch.randint(3, 250, (2, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        torch.testing.assert_close(resumed.model.eval()(ids).logits, first.model.eval()(ids).logits, atol=1e-6, rtol=0)
-        with resumed.model.disable_adapter(), first.model.disable_adapter():  # the same residual base
+        torch.testing.assert_close(resumed.model.eval()(ids).logits, first.model.eval()(ids).logits, atol=0, rtol=0)
+        with resumed.model.disable_adapter(), first.model.disable_adapter():  # the same (residual) base
             torch.testing.assert_close(resumed.model(ids).logits, first.model(ids).logits, atol=0, rtol=0)
+
+
+def test_dpo_resume_from_checkpoint_is_bit_exact(tiny_model_path, tmp_path):
+    """DPO with PiSSA: 4 steps uninterrupted = 2 + resume to 4 (logged steps 3-4 and every parameter, by name)."""
+
+    def trainer_for(name):
+        kwargs = {**dpo_kwargs(tmp_path), "output_dir": str(tmp_path / name), "max_steps": 4, "logging_steps": 1}
+        args = ISDPOConfig(
+            **kwargs, importance_sampling=False, lora_init="pissa", lora_init_kwargs=QUIET, learning_rate=0.05,
+            save_strategy="steps", save_steps=2,
+        )  # fmt: skip
+        dataset = make_toy_preference_dataset(32, seed=0)
+        return ISDPOTrainer(model=tiny_model_path, args=args, train_dataset=dataset, peft_config=lora())
+
+    first = trainer_for("first")
+    first.train()
+    resumed = trainer_for("resumed")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "first" / "checkpoint-2"))
+
+    def logged(trainer):  # TRL's DPO counts num_tokens from the start of this process (stock, not restored)
+        skip = {"step_time", "num_tokens"}
+        return [
+            {key: value for key, value in entry.items() if key not in skip}
+            for entry in trainer.state.log_history
+            if entry["step"] > 2 and "loss" in entry
+        ]
+
+    assert [entry["step"] for entry in logged(first)] == [3, 4] and logged(resumed) == logged(first)
+    assert all(entry["grad_norm"] > 0 for entry in logged(first))
+    got = dict(resumed.model.named_parameters())
+    assert got.keys() == dict(first.model.named_parameters()).keys()
+    for name, want in first.model.named_parameters():
+        assert torch.equal(got[name], want), name

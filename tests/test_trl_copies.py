@@ -310,6 +310,7 @@ EXPECTED_SIGNATURES = {
     "trl_rlvr_ext.scripts.console.ConciseProgressCallback.__init__": "(self, max_str_len=100)",
     "trl_rlvr_ext.scripts.console._ConciseLog.on_log": _CALLBACK,
     "trl_rlvr_ext.lora_init.saving.LoraInitCallback.on_train_end": _CALLBACK,
+    "trl_rlvr_ext.lora_init.saving.LoraInitCallback.on_train_begin": _CALLBACK,
 }
 
 

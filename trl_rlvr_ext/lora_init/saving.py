@@ -14,6 +14,7 @@ init time, saved before training (``save_initial_adapter``).
 import json
 import os
 
+import torch
 from peft import PeftModel
 from peft.utils.integrations import gather_params_ctx
 from transformers import TrainerCallback
@@ -98,7 +99,12 @@ def save_converted_adapter(
             f"The initial adapter directory is named {temporary_name!r}, the name of an adapter of the model; PEFT "
             "loads it under that name during the conversion. Rename the directory."
         )
-    with gather_params_ctx(params, modifier_rank=None):
+    # PEFT's conversion loads the initial adapter as a new adapter, whose creation draws A from the torch generator
+    # (kaiming_uniform_) before the saved values overwrite it. Called from a training run, that draw would move the
+    # run's random stream after the checkpoint recorded it (rng_state.pth): the uninterrupted run would then sample
+    # other completions than a run resumed from that checkpoint, and than the same run without checkpoints.
+    devices = sorted({param.device.index or 0 for param in params if param.device.type == "cuda"})
+    with gather_params_ctx(params, modifier_rank=None), torch.random.fork_rng(devices=devices):
         peft_model.save_pretrained(
             save_directory,
             selected_adapters=[adapter_name],
@@ -156,6 +162,14 @@ class LoraInitCallback(TrainerCallback):
                     f"(what resuming needs); for the original base model load {CONVERTED_ADAPTER_DIRNAME}/",
                 },
             )
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        # Resuming, transformers loads every adapter sub-folder of the checkpoint as an adapter of the model
+        # (Trainer._load_from_checkpoint), ours too: the converted adapter, meant for the original base, would ride
+        # along (inactive) on the residual one, be saved again with each checkpoint and make the model's parameters
+        # differ from the uninterrupted run's. It is written here, never trained: drop it.
+        if isinstance(model, PeftModel) and CONVERTED_ADAPTER_DIRNAME in model.peft_config:
+            model.delete_adapter(CONVERTED_ADAPTER_DIRNAME)
 
     def on_save(self, args, state, control, model=None, **kwargs):
         checkpoint = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
