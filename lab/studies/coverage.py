@@ -23,6 +23,8 @@ import math
 
 import numpy as np
 
+from trl_rlvr_ext.evaluation.estimators import pass_at_k
+
 
 @dataclasses.dataclass(frozen=True)
 class CoverageDesign:
@@ -42,8 +44,9 @@ class CoverageDesign:
 
 
 def pass_at_k_values(samples: int, k: int) -> np.ndarray:
-    """The unbiased pass@k of a problem with c of ``samples`` correct, for c = 0..samples: 1 − C(n−c, k)/C(n, k)."""
-    return np.array([1 - math.comb(samples - c, k) / math.comb(samples, k) for c in range(samples + 1)])
+    """The unbiased pass@k of a problem with c of ``samples`` correct, for c = 0..samples: 1 − C(n−c, k)/C(n, k), by
+    the package's estimator (the one every study's pass@k comes from)."""
+    return pass_at_k(samples, np.arange(samples + 1), k)
 
 
 def _sigmoid(x):
