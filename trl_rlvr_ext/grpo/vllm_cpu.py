@@ -81,6 +81,11 @@ class CPUWeightSyncExtension:
         return {"start_up": not getattr(self, "trl_rlvr_ext_reloaded", False)}
 
 
+def cpu_copies(named_tensors) -> dict[str, torch.Tensor]:
+    """``{name: tensor}`` as contiguous CPU clones, from ``(name, tensor)`` pairs: what a sync hands to vLLM."""
+    return {name: tensor.detach().to("cpu").contiguous().clone() for name, tensor in named_tensors}
+
+
 class CPUWeightSync:
     """A replacement for ``VLLMGeneration.sync_weights`` on vLLM's CPU platform (colocate and server mode).
 
@@ -127,16 +132,21 @@ class CPUWeightSync:
             self.guard.mark_dead(error, "the weight sync")
 
     def _send_to_server(self) -> None:
+        self._reload_on_server(self.generation._iter_named_params())
+        self.generation.vllm_client.reset_prefix_cache()
+
+    def _reload_on_server(self, named_tensors) -> None:
+        """Write ``(name, tensor)`` pairs to a safetensors file beside the trainer and have the server reload them
+        (`CPUWeightSyncExtension`); the server must run on this host to read the file."""
         from safetensors.torch import save_file
 
-        generation = self.generation
         # Contiguous CPU clones: the PEFT path unmerges the adapter once the iteration ends, and safetensors refuses
-        # views. The file lives beside the trainer; the server must run on this host to read it.
-        weights = {name: t.detach().to("cpu").contiguous().clone() for name, t in generation._iter_named_params()}
+        # views.
+        weights = cpu_copies(named_tensors)
         with tempfile.TemporaryDirectory(prefix="trl_rlvr_ext_vllm_sync_", dir=self.directory) as folder:
             path = os.path.join(folder, "weights.safetensors")
             save_file(weights, path)
-            client = generation.vllm_client
+            client = self.generation.vllm_client
             response = client.session.post(
                 f"{client.base_url}/collective_rpc", json={"method": RELOAD_METHOD, "args": [path]}
             )
@@ -146,7 +156,6 @@ class CPUWeightSync:
                     f"{response.text[:500]}). On a CPU machine start it with `trl-rlvr-ext vllm-serve --model ...` "
                     f"(it loads the worker extension {WORKER_EXTENSION} and enables /collective_rpc), on this host."
                 )
-        client.reset_prefix_cache()
 
 
 def install_cpu_weight_sync(trainer) -> CPUWeightSync | None:

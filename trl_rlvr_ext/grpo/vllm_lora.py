@@ -40,7 +40,7 @@ import weakref
 
 import torch
 
-from .vllm_cpu import CPUWeightSync, reload_weights
+from .vllm_cpu import CPUWeightSync, cpu_copies, reload_weights
 
 
 logger = logging.getLogger(__name__)
@@ -138,8 +138,7 @@ def adapter_tensors(model) -> dict[str, torch.Tensor]:
     CPU copies: what crosses to vLLM at each sync."""
     from peft import get_peft_model_state_dict
 
-    state = get_peft_model_state_dict(model)
-    return {name: tensor.detach().to("cpu").contiguous().clone() for name, tensor in state.items()}
+    return cpu_copies(get_peft_model_state_dict(model).items())
 
 
 def base_tensors(model, fix_name) -> list[tuple[str, torch.Tensor]]:
@@ -273,8 +272,6 @@ class CPUAdapterSync(CPUWeightSync):
     def _send_to_server(self) -> None:
         from safetensors.torch import save_file
 
-        from .vllm_cpu import RELOAD_METHOD
-
         start = time.perf_counter()
         client = self.generation.vllm_client
         base = None
@@ -283,10 +280,7 @@ class CPUAdapterSync(CPUWeightSync):
             pristine = all(result["start_up"] for result in results)
             base = self._base_to_send(holds_start_up_weights=pristine)
         if base is not None:
-            with tempfile.TemporaryDirectory(prefix="trl_rlvr_ext_vllm_base_", dir=self.directory) as folder:
-                path = os.path.join(folder, "weights.safetensors")
-                save_file({name: t.detach().to("cpu").contiguous().clone() for name, t in base}, path)
-                self._rpc(RELOAD_METHOD, path)
+            self._reload_on_server(base)
             self.base_sent = True
         adapter = adapter_tensors(self.model)
         folder = tempfile.mkdtemp(prefix="trl_rlvr_ext_vllm_adapter_", dir=self.directory)
