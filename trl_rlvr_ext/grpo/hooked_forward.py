@@ -13,6 +13,8 @@ mode) equals the eval-mode pass (`train_mode_changes_forward` says when it may n
 
 import torch
 
+from .signal_check import reuses_rollouts
+
 
 # The multimodal inputs TRL's `_compute_loss` passes to `_get_per_token_logps_and_entropies`
 FORWARD_KEYS = (
@@ -70,8 +72,7 @@ def trl_scores_old_logps(trainer) -> bool:
     """Whether TRL's `_generate_and_score_completions` runs its old-log-prob pass (TRL's own condition): when a
     generation batch serves more than one optimizer step's micro-batches (``num_iterations`` > 1, or more generation
     steps than accumulation steps), or with vLLM's importance-sampling correction."""
-    generate_every = trainer.args.steps_per_generation * trainer.num_iterations
-    return trainer.args.gradient_accumulation_steps % generate_every != 0 or bool(
+    return reuses_rollouts(trainer.args) or bool(
         getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False)
     )
 
