@@ -6,7 +6,9 @@
 Stock `trl.GRPOTrainer` and `RLVRGRPOTrainer(relex_record_steps=every)` are alternated arm by arm for ``--rounds``
 rounds of ``--steps`` optimizer steps on a random tiny Qwen2 model (CPU, float32). Per round, the mean step time
 after the first two steps; printed: the median of the per-round ratios recorder / stock, and the recorder's own mean
-``relex/record_seconds``. Recording gathers the state dict and writes θ_s − θ_0 (float16) every ``every`` steps.
+``relex/record_seconds`` (what a recording holds the training step: the gather and a copy of the weights) and
+``relex/write_seconds`` (θ_s − θ_0 in float16 written to disk by the recorder's writer thread, off the step), every
+``every`` steps.
 """
 
 import argparse
@@ -76,7 +78,8 @@ def _run(arm, model_path, out, steps, every):
     timer = _StepTimes()
     trainer.add_callback(timer)  # after the recorder: its on_step_end time is inside the step
     trainer.train()
-    record = [log["relex/record_seconds"] for log in trainer.state.log_history if "relex/record_seconds" in log]
+    logs = trainer.state.log_history
+    record = {key: [log[key] for log in logs if key in log] for key in ("relex/record_seconds", "relex/write_seconds")}
     return statistics.mean(timer.times[SKIP_STEPS:]), record
 
 
@@ -93,17 +96,19 @@ def main():
         model_path = save_tiny_model(
             os.path.join(tmp, "model"), hidden_size=args.hidden, num_hidden_layers=args.layers
         )
-        ratios, records = [], []
+        ratios, records = [], {"relex/record_seconds": [], "relex/write_seconds": []}
         for r in range(args.rounds):
             stock, _ = _run("stock", model_path, os.path.join(tmp, f"stock{r}"), args.steps, args.every)
             ours, record = _run("relex", model_path, os.path.join(tmp, f"relex{r}"), args.steps, args.every)
             ratios.append(ours / stock)
-            records += record
+            for key, values in (record or {}).items():
+                records[key] += values
             print(
                 f"round {r}: stock {stock * 1e3:.1f} ms/step, recorder {ours * 1e3:.1f} ms/step, ratio {ours / stock:.3f}"
             )
     print(f"median step-time ratio recorder/stock (every={args.every}): {statistics.median(ratios):.3f}")
-    print(f"mean relex/record_seconds: {statistics.mean(records) * 1e3:.1f} ms")
+    for key, values in records.items():
+        print(f"mean {key}: {statistics.mean(values) * 1e3:.1f} ms")
     if args.quick:
         report("relex", statistics.median(ratios))
 

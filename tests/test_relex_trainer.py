@@ -3,17 +3,21 @@ bit), and it records θ_0 and θ_s − θ_0 (full weights or the LoRA adapter), 
 
 import json
 import logging
+import os
+import time
+from pathlib import Path
 
 import pytest
 import torch
 from grpo_helpers import digit_reward, grpo_kwargs, prompt_dataset
 from safetensors.torch import load_file
 from test_grpo_trainer import _assert_same_run, _step_logs, _train
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_rlvr_ext import RLVRGRPOConfig, RLVRGRPOTrainer
 from trl_rlvr_ext.extrapolation.callback import RELEXTrajectoryCallback
-from trl_rlvr_ext.extrapolation.trajectory import delta_path, read_manifest
+from trl_rlvr_ext.extrapolation.trajectory import delta_path, read_manifest, write_manifest
 
 
 def _recorders(trainer):
@@ -101,18 +105,20 @@ def test_adapter_trajectory(tiny_model_path, tmp_path):
     assert any(delta[n].abs().max() > 0 for n in delta if "lora_B" in n)
 
 
+def _resume_at_checkpoint_2(model_path, tmp_path, settings, caplog):
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, **settings))
+    trainer = RLVRGRPOTrainer(model=model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset())
+    with caplog.at_level(logging.WARNING):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+
+
 def test_resume_continues_the_trajectory_and_a_fresh_run_is_refused(tiny_model_path, tmp_path, caplog):
     save = {"save_strategy": "steps", "save_steps": 2, "relex_record_steps": 1}
     _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path, **save)
     directory = tmp_path / "relex_trajectory"
     assert read_manifest(str(directory)).steps == [1, 2, 3, 4]
     base_before = (directory / "base" / "model.safetensors").read_bytes()
-    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, **save))
-    trainer = RLVRGRPOTrainer(
-        model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
-    )
-    with caplog.at_level(logging.WARNING):
-        trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    _resume_at_checkpoint_2(tiny_model_path, tmp_path, save, caplog)
     assert "dropping the 2 recorded steps after it" in caplog.text
     assert read_manifest(str(directory)).steps == [1, 2, 3, 4]
     assert (directory / "base" / "model.safetensors").read_bytes() == base_before  # θ_0 kept
@@ -183,3 +189,112 @@ def test_manifest_is_json_with_the_documented_fields(tiny_model_path, tmp_path):
         "base": "base",
         "steps": [4],
     }
+
+
+class _StateAtStepEnd(TrainerCallback):
+    """The parameters at each step's end (added before the recorder, so it sees what the recorder records)."""
+
+    def __init__(self, trainer):
+        self.trainer, self.states = trainer, {}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.states[state.global_step] = {k: v.detach().clone() for k, v in self.trainer.model.state_dict().items()}
+
+
+def test_every_step_records_its_own_weights_while_the_writer_lags(tiny_model_path, tmp_path, monkeypatch):
+    """The delta is written off the training thread: a writer slower than the steps must still write θ_s − θ_0 of
+    its own step (the copy taken at the step's end), not of the weights a later optimizer step left."""
+    original = RELEXTrajectoryCallback._write_step
+
+    def slow_write(self, step, deltas, manifest):
+        time.sleep(0.5)  # several optimizer steps' time on the tiny model: the next step runs before this write
+        return original(self, step, deltas, manifest)
+
+    monkeypatch.setattr(RELEXTrajectoryCallback, "_write_step", slow_write)
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, relex_record_steps=1, relex_record_dtype="float32"))
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
+    )
+    recorder = _recorders(trainer)[0]
+    trainer.remove_callback(recorder)
+    seen = _StateAtStepEnd(trainer)
+    trainer.add_callback(seen)
+    trainer.add_callback(recorder)
+    trainer.train()
+    directory = str(tmp_path / "relex_trajectory")
+    assert read_manifest(directory).steps == [1, 2, 3, 4]
+    base = load_file(f"{directory}/base/model.safetensors")
+    for step, state in seen.states.items():
+        delta = load_file(delta_path(directory, step))
+        for name in delta:
+            assert torch.equal(delta[name], state[name].float() - base[name].float()), (step, name)
+    assert any(not torch.equal(seen.states[1][n], seen.states[2][n]) for n in base), "the run did not move: void"
+    logs = _step_logs(trainer)
+    assert all("relex/write_seconds" in log for log in logs[1:])  # each write, collected at the next recording
+    # one write in flight at most: the next recording waited for the slow one (host memory: one copy)
+    assert all(log["relex/record_seconds"] > 0.25 for log in logs[1:])
+
+
+def test_a_failed_write_raises_in_the_training_loop(tiny_model_path, tmp_path, monkeypatch):
+    def full_disk(directory, step, deltas):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("trl_rlvr_ext.extrapolation.callback.write_delta_file", full_disk)
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, relex_record_steps=1))
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
+    )
+    with pytest.raises(RuntimeError, match=r"RELEX: writing step 1 of the trajectory .* failed .*No space left"):
+        trainer.train()
+    assert trainer.state.global_step == 2  # raised at the next recording, not silently at the end
+    assert read_manifest(str(tmp_path / "relex_trajectory")).steps == []
+
+
+def test_a_write_lost_to_a_kill_is_recorded_when_the_run_resumes(tiny_model_path, tmp_path, caplog):
+    """Killed after checkpoint 2 was written but before step 2's write landed: the resumed run (θ_2 loaded) records
+    step 2 before its first step, the same bytes as the uninterrupted run's."""
+    save = {"save_strategy": "steps", "save_steps": 2, "relex_record_steps": 1}
+    _train(RLVRGRPOTrainer, RLVRGRPOConfig, tiny_model_path, tmp_path, **save)
+    directory = str(tmp_path / "relex_trajectory")
+    uninterrupted = {step: Path(delta_path(directory, step)).read_bytes() for step in (1, 2, 3, 4)}
+    manifest = read_manifest(directory)
+    manifest.steps = [1]  # as the kill left it: step 2's file and manifest entry never written
+    write_manifest(directory, manifest)
+    for step in (2, 3, 4):
+        os.remove(delta_path(directory, step))
+    _resume_at_checkpoint_2(tiny_model_path, tmp_path, save, caplog)
+    assert "step 2 is missing from the trajectory" in caplog.text
+    assert read_manifest(directory).steps == [1, 2, 3, 4]
+    for step, data in uninterrupted.items():
+        assert Path(delta_path(directory, step)).read_bytes() == data, step
+
+
+@pytest.mark.parametrize("record_dtype", ["float16", "bfloat16", "float32"])
+def test_delta_file_holds_the_rounded_float32_difference(tmp_path, record_dtype):
+    """The recorder's own safetensors writer: what safetensors reads back is (θ_s − θ_0 in float32) rounded once to
+    the record dtype, for float32, bfloat16 and empty tensors of θ_0; integer tensors are not recorded."""
+    from safetensors.torch import save_file
+
+    from trl_rlvr_ext.extrapolation.trajectory import RECORD_DTYPES, BaseWeights, DeltaLayout, write_delta_file
+
+    generator = torch.Generator().manual_seed(0)
+    theta_0 = {
+        "w": torch.randn(3, 5, generator=generator),
+        "b": torch.randn(7, generator=generator).to(torch.bfloat16),
+        "empty": torch.zeros(0, 4),
+        "ids": torch.arange(4),
+    }
+    (tmp_path / "base").mkdir()
+    save_file(theta_0, tmp_path / "base" / "model.safetensors")
+    theta_s = {name: value + 1e-3 * torch.ones_like(value) for name, value in theta_0.items()}
+    base = BaseWeights(str(tmp_path / "base"))
+    assert sorted(base.names()) == ["b", "empty", "w"]
+    dtype = RECORD_DTYPES[record_dtype]
+    path = write_delta_file(str(tmp_path), 3, DeltaLayout(base, dtype).compute(theta_s))
+    base.close()
+    written = load_file(path)
+    assert set(written) == {"w", "b", "empty"}
+    for name, value in written.items():
+        expected = (theta_s[name].float() - theta_0[name].float()).to(dtype)
+        assert value.dtype == dtype and torch.equal(value, expected), name
+    assert written["w"].abs().min() > 0  # the deltas are not all zero: the test can fail

@@ -5,26 +5,28 @@ embeddings included; a tied LM head is saved once, as `save_pretrained` saves it
 tensors (what `save_pretrained` of the `PeftModel` writes), and θ_0 is the adapter at the start of training.
 """
 
+import copy
 import logging
 import os
 import shutil
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
-from safetensors import safe_open
 from transformers import TrainerCallback
 
 from ..lora_init.options import rewrites_base
 from .trajectory import (
     DELTA_DIR,
     RECORD_DTYPES,
+    BaseWeights,
+    DeltaBuffer,
+    DeltaLayout,
     Manifest,
     base_dir,
     delta_path,
     read_manifest,
-    save_deltas,
-    tracked_tensors,
-    weight_files,
+    write_delta_file,
     write_manifest,
 )
 
@@ -50,8 +52,16 @@ class RELEXTrajectoryCallback(TrainerCallback):
     checkpoint are dropped (that future was discarded) and θ_0 is kept. A fresh run refuses a folder that already
     holds another run's steps.
 
-    Logged: ``relex/recorded_steps`` (steps in the trajectory) and ``relex/record_seconds`` (time of the last
-    recording, gather included), in the trainer's metrics.
+    The training step pays for the gather and a copy of the recorded tensors only: θ_s − θ_0 is computed and written
+    by a writer thread while training goes on. One recording is in flight at most (the next waits for it, which bounds
+    the host memory to one copy), a checkpoint or the end of training waits for it (the trajectory on disk then lists
+    every recorded step up to the checkpoint), and a write that fails raises in the training loop at the next
+    recording, checkpoint or end, never silently. A run killed after its checkpoint but before that step's write
+    landed records the step when it resumes (the resumed weights are θ_s).
+
+    Logged: ``relex/recorded_steps`` (steps in the trajectory), ``relex/record_seconds`` (time the last recording
+    held the training step: the gather and the copy, and any wait for the previous write) and
+    ``relex/write_seconds`` (time of the last finished write, off the training thread), in the trainer's metrics.
 
     Args:
         trajectory_dir: the trajectory folder.
@@ -68,6 +78,11 @@ class RELEXTrajectoryCallback(TrainerCallback):
         self.trajectory_dir, self.every, self.dtype = str(trajectory_dir), every, dtype
         self.trainer = None
         self._manifest = None
+        self._writer: ThreadPoolExecutor | None = None  # the main process's writer thread, made at the first write
+        self._pending: Future | None = None  # the write in flight
+        self._pending_step: int | None = None  # ... and its step
+        self._resumed_step: int | None = None  # a resumed run's first step, checked once for a write that was lost
+        self._adapter_model = None  # the PeftModel whose adapter is recorded (None: full weights)
         if trainer is not None:
             self.bind(trainer)
 
@@ -90,11 +105,14 @@ class RELEXTrajectoryCallback(TrainerCallback):
         call this); under PEFT, the adapter's tensors under the names its saved file uses."""
         trainer = self.trainer
         wrapped = trainer.model_wrapped if trainer.is_deepspeed_enabled else trainer.model
-        state_dict = trainer.accelerator.get_state_dict(wrapped)
-        if state_dict is not None and self._is_adapter():
+        # unwrap=False: without DeepSpeed or FSDP, `Trainer._save` takes `trainer.model.state_dict()` as it is (the
+        # trainer keeps the unwrapped model there); unwrapping again at every step costs accelerate a package-metadata
+        # lookup, most of a recording's time on a small model
+        state_dict = trainer.accelerator.get_state_dict(wrapped, unwrap=False)
+        if state_dict is not None and self._adapter_model is not None:
             from peft import get_peft_model_state_dict
 
-            state_dict = get_peft_model_state_dict(self._unwrapped(), state_dict=state_dict)
+            state_dict = get_peft_model_state_dict(self._adapter_model, state_dict=state_dict)
         return state_dict
 
     # ---------------------------------------------------------------- events
@@ -102,6 +120,7 @@ class RELEXTrajectoryCallback(TrainerCallback):
         if self.trainer is None:
             raise RuntimeError("RELEXTrajectoryCallback needs its trainer: pass trainer= or call bind(trainer).")
         kind = "adapter" if self._is_adapter() else "model"
+        self._adapter_model = self._unwrapped() if kind == "adapter" else None  # the same object for the whole run
         manifest = self._resume_or_start(kind, state.global_step)  # same decision on every process (shared files)
         if manifest is None:  # a fresh trajectory: θ_0 is saved by the main process
             state_dict = self._gathered_state_dict()
@@ -112,24 +131,84 @@ class RELEXTrajectoryCallback(TrainerCallback):
             self.trainer.accelerator.wait_for_everyone()
             manifest = read_manifest(self.trajectory_dir)
         self._manifest = manifest
-        self._tracked = tracked_tensors(base_dir(self.trajectory_dir))
+        self._base = BaseWeights(base_dir(self.trajectory_dir))
+        self._layout = DeltaLayout(self._base, RECORD_DTYPES[self.dtype])
+        self._resumed_step = state.global_step if state.global_step > 0 else None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._record_lost_resume_step(state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
         step = state.global_step
         if step % self.every != 0 or step in self._manifest.steps:
             return
+        self._record(step)
+        if control.should_save or control.should_training_stop:
+            # the checkpoint written next must not name a step whose trajectory file is still being written
+            self._wait()
+
+    def on_save(self, args, state, control, **kwargs):
+        # A save asked for by a callback after this one: the checkpoint is written by now, so wait at least before
+        # training goes on (a kill in between is repaired when the run resumes, _record_lost_resume_step)
+        self._wait()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._record_lost_resume_step(state.global_step)  # a resume at the last step runs no step
+        self._wait()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+        self._base.close()
+
+    # ---------------------------------------------------------------- recording
+    def _record(self, step: int) -> None:
+        """Record θ_s − θ_0 for ``step`` (every process calls this: the gather is collective)."""
         start = time.perf_counter()
+        self._wait()  # one write in flight at most: the host holds one copy of the recorded tensors
         state_dict = self._gathered_state_dict()
         main = self.trainer.accelerator.is_main_process
-        if main:
-            self._save_step(step, state_dict)
+        deltas = self._deltas(state_dict) if main else None
         self._manifest.steps.append(step)
-        if main:  # the manifest last: it never lists a step whose file is not complete
-            write_manifest(self.trajectory_dir, self._manifest)
+        if main:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="relex-writer")
+            manifest = copy.deepcopy(self._manifest)  # the steps as of this write, not as of a later one
+            self._pending = self._writer.submit(self._write_step, step, deltas, manifest)
+            self._pending_step = step
+        self._log("relex/record_seconds", time.perf_counter() - start)
+        self._log("relex/recorded_steps", float(len(self._manifest.steps)))
+
+    def _record_lost_resume_step(self, global_step: int) -> None:
+        """A run killed after checkpoint s but before step s's write landed resumes at s with θ_s loaded and step s
+        missing from the trajectory: record it now, so the trajectory has no hole. Runs once, at the first step of a
+        resumed run (the weights are loaded by then on every path, DeepSpeed and FSDP included)."""
+        step, self._resumed_step = self._resumed_step, None
+        if step is None or step != global_step or step % self.every != 0 or step in self._manifest.steps:
+            return
+        logger.warning("RELEX: step %d is missing from the trajectory (its write was lost); recording it now.", step)
+        self._record(step)
+        self._wait()
+
+    def _wait(self) -> None:
+        """Wait for the write in flight; raise here, in the training loop, if it failed."""
+        if self._pending is None:
+            return
+        pending, step = self._pending, self._pending_step
+        self._pending = self._pending_step = None
+        try:
+            seconds = pending.result()
+        except Exception as error:
+            raise RuntimeError(
+                f"RELEX: writing step {step} of the trajectory to {self.trajectory_dir!r} failed ({error}); the "
+                "trajectory on disk ends at the step before it. Fix the cause (disk space, permissions) and resume "
+                "from the last checkpoint: the trajectory continues from there."
+            ) from error
+        self._log("relex/write_seconds", seconds)
+
+    def _log(self, name: str, value: float) -> None:
         metrics = getattr(self.trainer, "_metrics", None)  # TRL trainers average these into each log record
         if metrics is not None:
-            metrics["train"]["relex/record_seconds"].append(time.perf_counter() - start)
-            metrics["train"]["relex/recorded_steps"].append(float(len(self._manifest.steps)))
+            metrics["train"][name].append(value)
 
     # ---------------------------------------------------------------- files
     def _resume_or_start(self, kind: str, global_step: int) -> Manifest | None:
@@ -193,22 +272,24 @@ class RELEXTrajectoryCallback(TrainerCallback):
         if processing_class is not None:
             processing_class.save_pretrained(base)
 
-    def _save_step(self, step: int, state_dict: dict[str, torch.Tensor]) -> None:
-        missing = [name for name in self._tracked if name not in state_dict]
+    def _deltas(self, state_dict: dict[str, torch.Tensor]) -> DeltaBuffer:
+        """θ_s − θ_0 now, on the training step, into a buffer of its own: the next optimizer step changes the
+        parameters in place while the writer thread still writes."""
+        missing = [name for name in self._base.names() if name not in state_dict]
         if missing:
             raise KeyError(
                 f"RELEX: the saved θ_0 has tensors the model's state dict lacks ({missing[:3]}): this architecture "
                 "renames its weights when saving, which the recorder does not follow."
             )
-        dtype = RECORD_DTYPES[self.dtype]
-        deltas = {}
-        for path in weight_files(base_dir(self.trajectory_dir)):
-            with safe_open(path, framework="pt") as base:
-                for name in base.keys():  # noqa: SIM118 -- safe_open is not iterable
-                    if name in self._tracked:
-                        current = state_dict[name].detach().to("cpu", torch.float32)
-                        deltas[name] = (current - base.get_tensor(name).float()).to(dtype)
-        save_deltas(self.trajectory_dir, step, deltas)
+        return self._layout.compute(state_dict)
+
+    def _write_step(self, step: int, deltas: DeltaBuffer, manifest: Manifest) -> float:
+        """The writer thread's work: the step's file, then the manifest (last: it never lists a step whose file is
+        not complete). Returns its seconds."""
+        start = time.perf_counter()
+        write_delta_file(self.trajectory_dir, step, deltas)
+        write_manifest(self.trajectory_dir, manifest)
+        return time.perf_counter() - start
 
 
 def check_relex_composes(model) -> None:

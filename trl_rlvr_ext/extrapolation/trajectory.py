@@ -14,6 +14,7 @@ No trainer and no TRL here: safetensors, json and torch only.
 """
 
 import json
+import mmap
 import os
 import struct
 from collections.abc import Iterator
@@ -21,7 +22,6 @@ from dataclasses import dataclass, field
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from .._io import AtomicTarget, atomic_target, atomic_write
 
@@ -33,6 +33,9 @@ BASE_DIR = "base"
 DELTA_DIR = "deltas"
 KINDS = ("model", "adapter")
 RECORD_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+# safetensors' names of the floating-point dtypes: the tensors a trajectory records
+FLOAT_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
+_DTYPE_NAMES = {dtype: name for name, dtype in FLOAT_DTYPES.items()}
 # Weight files of a saved model or adapter, sharded or not (the index names the shards)
 _WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors")
 _WEIGHT_INDEX = "model.safetensors.index.json"
@@ -88,14 +91,6 @@ def write_manifest(directory: str, manifest: Manifest) -> None:
 
 def delta_path(directory: str, step: int) -> str:
     return os.path.join(directory, DELTA_DIR, f"step_{step:08d}.safetensors")
-
-
-def save_deltas(directory: str, step: int, deltas: dict[str, torch.Tensor]) -> str:
-    path = delta_path(directory, step)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with atomic_target(path) as tmp:
-        save_file({k: v.contiguous() for k, v in deltas.items()}, tmp)
-    return path
 
 
 def base_dir(directory: str) -> str:
@@ -155,9 +150,98 @@ def tracked_tensors(folder: str) -> dict[str, TensorEntry]:
     tracked = {}
     for path in weight_files(folder):
         for entry in read_header(path)[1]:
-            if entry.dtype in ("F16", "BF16", "F32", "F64"):
+            if entry.dtype in FLOAT_DTYPES:
                 tracked[entry.name] = entry
     return tracked
+
+
+class BaseWeights:
+    """θ_0's recorded tensors, memory-mapped from base/'s weight files and read in place.
+
+    A recording subtracts θ_0 at every step: reading it through the mapping costs no copy and holds no second model in
+    memory (the OS page cache holds the file, shared). The mapping is copy-on-write, so the tensors are writable as
+    torch expects, and nothing is ever written back to the file.
+    """
+
+    def __init__(self, folder: str):
+        self._maps, self._tensors = [], {}
+        for path in weight_files(folder):
+            raw_header, entries = read_header(path)
+            with open(path, "rb") as f:
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+            self._maps.append(mapped)
+            for entry in entries:
+                if entry.dtype not in FLOAT_DTYPES:
+                    continue
+                dtype = FLOAT_DTYPES[entry.dtype]
+                if entry.numel == 0:  # torch.frombuffer refuses a count of 0
+                    self._tensors[entry.name] = torch.empty(entry.shape, dtype=dtype)
+                    continue
+                offset = len(raw_header) + entry.begin
+                tensor = torch.frombuffer(mapped, dtype=dtype, count=entry.numel, offset=offset)
+                self._tensors[entry.name] = tensor.view(entry.shape)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._tensors[name]
+
+    def names(self) -> list[str]:
+        """The recorded tensors, in the byte order of base/'s files."""
+        return list(self._tensors)
+
+    def close(self) -> None:
+        self._tensors = {}
+        for mapped in self._maps:
+            mapped.close()
+        self._maps = []
+
+
+@dataclass(frozen=True)
+class DeltaBuffer:
+    """θ_s − θ_0 of one step in one flat buffer in the record dtype, with the header of its safetensors file: computed
+    on the training step (a copy the next optimizer step cannot change), written later by `write_delta_file`."""
+
+    header: bytes
+    data: torch.Tensor
+
+
+class DeltaLayout:
+    """Where each recorded tensor's delta lies in a step's file: the same for every step of a trajectory, so the
+    header is built once and a recording is one subtraction per tensor into one buffer."""
+
+    def __init__(self, base: BaseWeights, dtype: torch.dtype):
+        self.base, self.dtype = base, dtype
+        self.spans, header, offset = [], {}, 0
+        for name in base.names():
+            numel = base[name].numel()
+            self.spans.append((name, offset, offset + numel))
+            header[name] = {
+                "dtype": _DTYPE_NAMES[dtype],
+                "shape": list(base[name].shape),
+                "data_offsets": [offset * dtype.itemsize, (offset + numel) * dtype.itemsize],
+            }
+            offset += numel
+        self.numel = offset
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)  # safetensors pads the header so the data starts 8-byte aligned
+        self.header = struct.pack("<Q", len(raw)) + raw
+
+    def compute(self, state_dict: dict[str, torch.Tensor]) -> DeltaBuffer:
+        data = torch.empty(self.numel, dtype=self.dtype)
+        for name, begin, end in self.spans:
+            # in float32, then rounded once to the record dtype (a delta below a bf16 weight's resolution survives)
+            current = state_dict[name].detach().to("cpu", torch.float32)
+            data[begin:end].copy_((current - self.base[name].float()).reshape(-1))
+        return DeltaBuffer(self.header, data)
+
+
+def write_delta_file(directory: str, step: int, deltas: DeltaBuffer) -> str:
+    """Write a step's `DeltaBuffer` as its safetensors file (atomically: a temporary file renamed over it)."""
+    path = delta_path(directory, step)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with atomic_target(path) as tmp, open(tmp, "wb") as f:
+        f.write(deltas.header)
+        f.write(deltas.data.view(torch.uint8).numpy().data)
+    return path
 
 
 class TrajectoryReader:

@@ -22,7 +22,7 @@ class RelexArguments:
             θ_0 at the start, then θ_s − θ_0 (`trl_rlvr_ext.extrapolation.RELEXTrajectoryCallback`; under PEFT, the
             adapter's tensors). `trl-rlvr-ext relex` then fits the rank-r subspace of each tensor's trajectory and
             writes extrapolated checkpoints. 0: off (stock TRL). The authors record every step (1). Training is
-            unchanged; logged as `relex/recorded_steps` and `relex/record_seconds`.
+            unchanged; logged as `relex/recorded_steps`, `relex/record_seconds` and `relex/write_seconds`.
         relex_trajectory_dir (`str`, *optional*):
             The trajectory folder. Defaults to `<output_dir>/relex_trajectory`.
         relex_record_dtype (`str`, *optional*, defaults to `"float16"`):
