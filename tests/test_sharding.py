@@ -268,6 +268,19 @@ def test_curation_and_dynamic_sampling_did_something(launches, mode):
     assert ds["stream"]["drawn"] > 0 and any(log["dynamic_sampling/kept_frac"] < 1 for log in ds["logs"])
 
 
+@pytest.mark.parametrize("mode", ALL_SHARDED)
+def test_relex_records_the_full_weights(launches, mode):
+    """RELEX's trajectory under sharding: full tensors (not a rank's shard), the same as DDP's, and θ_0 plus the last
+    delta is the final model (to float16's rounding of the deltas)."""
+    ranks = launches.case(mode, "relex")
+    got, want = ranks[0]["relex"], launches.case("ddp", "relex")[0]["relex"]
+    assert got["steps"] == want["steps"] == [1, 2]
+    assert got["shapes"] == want["shapes"]
+    assert got["delta_abs_sums"] == pytest.approx(want["delta_abs_sums"], rel=1e-3)
+    assert min(got["delta_abs_sums"]) > 0  # the weights moved: the comparison can fail
+    assert got["final_abs_sum"] == pytest.approx(ranks[0]["param_abs_sum"], rel=1e-4)
+
+
 def test_zero3_evaluation_without_gathering_equals_gathered(launches):
     """ds3_gather_for_generation=False: the callbacks generate on the partitioned model (layer-wise gathers, in
     lockstep) and get the numbers of the gathered model."""

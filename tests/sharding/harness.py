@@ -185,6 +185,30 @@ def case_grpo_none():
     return summary(grpo_run("grpo_none", data=prompts(), num_iterations=2))
 
 
+def case_relex():
+    """RELEX's recorder: every process takes part in the gather of the sharded weights, the main process writes."""
+    from safetensors.torch import load_file
+
+    from trl_rlvr_ext.extrapolation.trajectory import delta_path, read_manifest
+
+    trainer = grpo_run("relex", data=prompts(), num_iterations=2, relex_record_steps=1)
+    trainer.accelerator.wait_for_everyone()  # the main process's last write has landed (on_train_end) before reading
+    directory = trainer.args.relex_trajectory_dir
+    base = load_file(os.path.join(directory, "base", "model.safetensors"))
+    steps = read_manifest(directory).steps
+    deltas = [load_file(delta_path(directory, step)) for step in steps]
+    final = {name: base[name].double() + deltas[-1][name].double() for name in base}
+    return summary(
+        trainer,
+        relex={
+            "steps": steps,
+            "shapes": {name: list(value.shape) for name, value in sorted(base.items())},
+            "delta_abs_sums": [sum(d.double().abs().sum().item() for d in step.values()) for step in deltas],
+            "final_abs_sum": sum(value.abs().sum().item() for value in final.values()),
+        },
+    )
+
+
 def nsr_summary(trainer) -> dict:
     generator = trainer.method("clip_objective").recovery_generator
     return summary(trainer, generator_digest=hashlib.sha256(generator.get_state().numpy().tobytes()).hexdigest())
@@ -502,6 +526,7 @@ CASES = {
     "self_skip": lambda: case_self("self_skip", parity_reward, num_generations=4),
     "pass_rate": case_pass_rate,
     "dynamic_sampling": case_dynamic_sampling,
+    "relex": case_relex,
     "eval_callbacks": case_eval_callbacks,
     "eval_callbacks_no_ds3_gather": lambda: case_eval_callbacks(ds3_gather_for_generation=False),
     **{f"lora_{m}": (lambda m=m: lora_case(m)) for m in LORA_METHODS},
