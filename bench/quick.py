@@ -1,6 +1,7 @@
 """`make bench-quick`: every benchmark's ``--quick`` run, one process each, and one line per option at the end.
 
-    python bench/quick.py                    # all of `BENCHES`, 2 at a time (a 2-core machine: one thread each)
+    python bench/quick.py                    # all of `BENCHES`, 2 at a time (a 2-core machine: one thread each),
+                                             # the `EXCLUSIVE` ones alone at the end
     python bench/quick.py --only poise,popo  # some entries
     python bench/quick.py --jobs 1 --log-dir /tmp/bench-quick
 
@@ -61,6 +62,13 @@ BENCHES = {
     "vllm_cpu": (["bench/vllm_cpu.py", "--quick"], 90),
     "sharding_cpu": (["bench/sharding_cpu.py", "--quick"], 150),  # two processes per launch, both cores
     "vllm_lora": (["bench/vllm_lora.py", "--quick"], 180),  # re-runs itself in the vLLM venv; 82 s on a loaded machine
+}
+
+# Entries that run alone, and why: their ratio compares arms that use different numbers of cores, so a neighbour
+# on the other core would change what it measures.
+EXCLUSIVE = {
+    "reward_timeout": "its default arm is a pool of 2 worker processes against a direct call on one thread: beside "
+    "another run the pool loses the second core, and the ratio measures that run, not the pool",
 }
 
 _REPORT = re.compile(rf"^{REPORT_PREFIX} (?P<name>[A-Za-z0-9_]+) (?P<ratio>\S+)$")
@@ -149,16 +157,32 @@ def _finish(run: dict, code: int, cpu: float, timed_out: bool) -> dict:
     return {"seconds": seconds, "cpu": cpu, "status": status, "failed": failed, "ratios": parse_reports(text)}
 
 
+def run_order(names: list[str]) -> list[str]:
+    """The largest budgets first (the longest runs overlap the others), the `EXCLUSIVE` entries last (alone)."""
+    return sorted(names, key=lambda n: (n in EXCLUSIVE, -BENCHES[n][1]))
+
+
+def next_to_start(pending: list[str], running: list[str], jobs: int) -> str | None:
+    """The entry to start now, or None: at most ``jobs`` at once, and an `EXCLUSIVE` entry only on an empty machine,
+    with nothing started beside it."""
+    if not pending or len(running) >= jobs or any(name in EXCLUSIVE for name in running):
+        return None
+    name = pending[0]
+    return None if name in EXCLUSIVE and running else name
+
+
 def run_all(names: list[str], jobs: int, log_dir: Path, budget_scale: float = 1.0) -> dict[str, dict]:
-    """Run the entries, ``jobs`` at a time, the largest budgets first, each under its budget times ``budget_scale``;
+    """Run the entries, ``jobs`` at a time (`EXCLUSIVE` ones alone, last), the largest budgets first, each under its
+    budget times ``budget_scale``;
     {entry: result}. Each result has the entry's
     CPU seconds (its process and the children it waited for): on a machine shared with other jobs, the figure that
     says what an idle one would take."""
-    pending = sorted(names, key=lambda n: -BENCHES[n][1])
+    pending = run_order(names)
     running, results = [], {}
     while pending or running:
-        while pending and len(running) < jobs:
-            running.append(_start(pending.pop(0), log_dir, budget_scale))
+        while (name := next_to_start(pending, [run["name"] for run in running], jobs)) is not None:
+            pending.remove(name)
+            running.append(_start(name, log_dir, budget_scale))
         time.sleep(0.5)
         for run in list(running):
             pid, status, usage = os.wait4(run["proc"].pid, os.WNOHANG)

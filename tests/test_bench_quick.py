@@ -139,3 +139,15 @@ def test_real_model_reports_the_options_the_table_gives_it(capsys):
     reported = quick.parse_reports(capsys.readouterr().out)
     assert set(reported) == {name for name, t in TARGETS.items() if t.bench.startswith("real_model:")}
     assert reported["lora_init"] == 0.8 and reported["delta"] == 1.05 and reported["diagnostics"] == 1.01
+
+
+def test_an_exclusive_entry_runs_alone_and_last():
+    assert set(quick.EXCLUSIVE) <= set(quick.BENCHES)
+    order = quick.run_order(list(quick.BENCHES))
+    assert order[-len(quick.EXCLUSIVE) :] == sorted(quick.EXCLUSIVE, key=lambda n: -quick.BENCHES[n][1])
+    assert quick.next_to_start(["poise", "popo"], ["relex"], 2) == "poise"
+    assert quick.next_to_start(["poise"], ["relex", "popo"], 2) is None  # both cores busy
+    assert quick.next_to_start(["reward_timeout"], ["relex"], 2) is None  # waits for an empty machine
+    assert quick.next_to_start(["reward_timeout"], [], 2) == "reward_timeout"
+    assert quick.next_to_start(["poise"], ["reward_timeout"], 2) is None  # nothing beside it
+    assert quick.next_to_start([], [], 2) is None
