@@ -335,3 +335,24 @@ def test_pipe_cost_bounds_what_a_pipe_takes_without_a_blocking_write(sizes):
     finally:
         sender.close()
         os.close(read_end)
+
+
+def test_an_interrupted_map_leaves_no_queued_task_behind():
+    """Ctrl-C mid-map: the workers that hold tasks (running or queued in their pipe) are killed, so the next call
+    cannot read a stale result of the interrupted one."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    pool = TimeoutPool(workers=1, queue_depth=3)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        pool.map(abs, [(0,)], timeout=30)
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            pool.map(eval, [(_sleep_then(0.3, "stale"),)] * 10, timeout=30)
+        assert pool.map(abs, [(-1,), (-2,), (-3,)], timeout=30) == [1, 2, 3]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        pool.close()
