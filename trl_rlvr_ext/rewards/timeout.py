@@ -6,11 +6,12 @@ integer power (``9^{9^{9^{9^{9}}}}``) is not interruptible even on the main thre
 needs a separate process that can be killed: `TimeoutPool` keeps a few persistent worker processes, and kills and
 replaces a worker whose task runs past its deadline.
 
-Each task gets ``timeout`` seconds of its own run time. A worker runs one task at a time, but its pipe holds the next
-one too (`QUEUE_DEPTH`), so it starts that task the moment it sends a result instead of idling for a round trip to the
-parent; a queued task's clock therefore starts when its predecessor's result reaches the parent (the worker began it
-then), never when it was sent. When a worker is killed on a timeout, or dies, the tasks queued behind the one it ran
-had not started: they go back to the pending queue and run on another worker.
+Each task gets ``timeout`` seconds of its own run time. A worker runs one task at a time, but its pipe usually holds
+the next one too (`QUEUE_DEPTH`; not a task too large for the pipe's free buffer, nor the last ``workers - 1`` of a
+call, which go to whichever worker frees first), so it starts that task the moment it sends a result instead of idling
+for a round trip to the parent; a queued task's clock therefore starts when its predecessor's result reaches the parent
+(the worker began it then), never when it was sent. When a worker is killed on a timeout, or dies, the tasks queued
+behind the one it ran had not started: they go back to the pending queue and run on another worker.
 
 The workers are fresh interpreters (``subprocess`` + pipes), not ``fork`` children (unsafe once torch or CUDA threads
 run) nor ``multiprocessing`` spawn/forkserver children (which re-import the user's ``__main__``, re-running an
