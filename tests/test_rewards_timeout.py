@@ -356,3 +356,19 @@ def test_an_interrupted_map_leaves_no_queued_task_behind():
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         pool.close()
+
+
+def test_the_last_task_of_a_call_goes_to_the_worker_that_frees_first():
+    """With 2 workers the last task is not queued behind the first (a 1 s task): it waits for the worker that
+    finishes its short task, instead of 1 s behind the long one."""
+    pool = TimeoutPool(workers=2)
+    try:
+        deadline = time.monotonic() + 60
+        while not (len(pool._workers) == 2 and all(worker.ready for worker in pool._workers)):
+            assert time.monotonic() < deadline, "the workers did not start"
+            pool.map(abs, [(0,)], timeout=30)
+        pid = "__import__('os').getpid()"
+        long_pid, short_pid, last_pid = pool.map(eval, [(_sleep_then(1.0) + f" or {pid}",), (pid,), (pid,)], 30)
+        assert last_pid == short_pid != long_pid
+    finally:
+        pool.close()
