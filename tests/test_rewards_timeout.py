@@ -372,3 +372,18 @@ def test_the_last_task_of_a_call_goes_to_the_worker_that_frees_first():
         assert last_pid == short_pid != long_pid
     finally:
         pool.close()
+
+
+def test_a_worker_that_died_between_calls_is_replaced():
+    """Killed while idle (e.g. by the kernel for memory): the next call's send finds its pipe broken, and the task
+    runs on a replacement instead of the call raising BrokenPipeError."""
+    pool = TimeoutPool(workers=1)
+    try:
+        pool.map(abs, [(0,)], timeout=30)
+        (worker,) = pool._workers
+        worker.process.kill()
+        worker.process.wait()
+        assert pool.map(abs, [(-1,), (-2,)], timeout=30) == [1, 2]
+        assert worker not in pool._workers and pool.replaced == 0
+    finally:
+        pool.close()
