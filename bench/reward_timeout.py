@@ -7,12 +7,15 @@ reported as the ratio of median call times against the direct call:
   before bounded rewards; ``reward_timeout=None``);
 - ``math_accuracy``, bounded (default): each completion verified in the persistent worker pool (2 workers) with a
   per-completion deadline;
-- ``math_accuracy``, bounded with 1 worker: the pure round-trip overhead, without the parallel speed-up;
+- ``math_accuracy``, bounded with 1 worker: the pool's own cost (pickling, pipe transfers, the worker's
+  scheduling), without the parallel speed-up; each worker's next completion waits in its pipe while it runs one,
+  so no round trip separates two completions;
 - the guard around a cheap reward (``toy_accuracy``): what `GuardedReward` adds to every reward call.
 
-It also prints the latency of one pathological completion (a power tower) at ``reward_timeout=1``: the timeout plus
-the worker's replacement. Defaults take about a minute on 2 CPU cores; ``--quick`` is `make bench-quick`'s run
-(bench/quick.py).
+It also prints the pool's cost per completion on a task that does nothing (``abs``; the parent's dispatch work, as
+the round trips overlap), and the latency of one pathological completion (a power tower) at ``reward_timeout=1``: the
+timeout plus the worker's replacement. Defaults take about a minute on 2 CPU cores; ``--quick`` is
+`make bench-quick`'s run (bench/quick.py).
 """
 
 import argparse
@@ -110,7 +113,9 @@ def main():
         pool.map(abs, [(i,) for i in range(args.batch)], 10.0)
         round_trips.append(time.perf_counter() - start)
     pool.close()
-    print(f"pipe round trip alone (abs): {statistics.median(round_trips) / args.batch * 1e6:.0f} us per completion")
+    print(
+        f"pool cost alone (abs, pipelined): {statistics.median(round_trips) / args.batch * 1e6:.0f} us per completion"
+    )
     print(f"batch of {args.batch} completions, {args.rounds} interleaved rounds, median seconds per call")
     for name, median in medians.items():
         base = medians["math direct (today)" if name.startswith("math") else "toy direct"]

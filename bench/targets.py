@@ -92,8 +92,8 @@ TARGETS = {
         "reward_timeout",
         1.25,
         "math_accuracy bounded (2 worker processes, the default) over the direct call, median call time",
-        "inherent: a pipe round trip per completion and the workers' scheduling; RESULTS.md (2026-11-30, loaded "
-        "2-core machine) recorded 1.089-1.222",
+        "inherent: each completion's pickling and pipe transfers (its round trip overlaps the previous completion's "
+        "run) and the workers' scheduling; RESULTS.md (2026-11-30, loaded 2-core machine) recorded 1.089-1.222",
     ),
     "adapter": Target(
         "vllm_lora",

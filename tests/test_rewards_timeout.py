@@ -12,14 +12,16 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import types
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import pytest
 
 from trl_rlvr_ext.rewards.math import math_accuracy_reward
-from trl_rlvr_ext.rewards.timeout import TaskError, TaskTimeout, TimeoutPool
+from trl_rlvr_ext.rewards.timeout import TaskError, TaskTimeout, TimeoutPool, _pipe_cost, _pipe_room
 
 
 pytest.importorskip("math_verify")
@@ -213,3 +215,175 @@ def test_bounded_in_two_process_training(tiny_model_path, tmp_path):
         assert rank["world_size"] == 2
         assert rank["timeouts"] == [4.0, 4.0] and rank["reward_mean"] == [0.0, 0.0]
         assert rank["seconds"] < 120
+
+
+# Pipelined dispatch: a worker's pipe holds its next task while it runs one. `eval` of a string is the task function
+# below, so that one call can mix sleeps, results and a dying worker (a builtin: the workers can import it).
+def _sleep_then(seconds: float, value: object = None) -> str:
+    return f"__import__('time').sleep({seconds}) or {value!r}"
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_a_queued_task_is_not_charged_the_time_it_waited_behind_its_predecessor(depth):
+    """3 tasks of 0.6 s on 1 worker, timeout 1 s: each is sent while the one before runs, and none times out (with
+    the clock started at sending, the second would be charged 1.2 s)."""
+    pool = TimeoutPool(workers=1, queue_depth=depth)
+    try:
+        pool.map(abs, [(0,)], timeout=30)  # the worker is up
+        start = time.monotonic()
+        assert pool.map(eval, [(_sleep_then(0.6, i),) for i in range(3)], timeout=1.0) == [0, 1, 2]
+        assert time.monotonic() - start >= 1.8  # one at a time
+        assert pool.replaced == 0
+    finally:
+        pool.close()
+
+
+def test_a_queued_task_that_overruns_its_own_timeout_is_bounded_from_when_it_began():
+    """The second task's clock starts when the first one's result arrives (0.6 s in), so the call lasts at least
+    0.6 + 1 s; the one after it was queued behind the stuck task and runs on the replacement worker."""
+    pool = TimeoutPool(workers=1)
+    try:
+        (first_pid,) = pool.map(os.getpid, [()], timeout=30)
+        start = time.monotonic()
+        results = pool.map(
+            eval, [(_sleep_then(0.6, "a"),), (_sleep_then(600),), ("__import__('os').getpid()",)], timeout=1.0
+        )
+        elapsed = time.monotonic() - start
+        assert results[0] == "a" and isinstance(results[1], TaskTimeout)
+        assert isinstance(results[2], int) and results[2] != first_pid  # re-run on the replacement
+        assert 1.6 <= elapsed < 30, elapsed
+        assert pool.replaced == 1
+    finally:
+        pool.close()
+
+
+def _timed_out(result) -> bool:
+    return isinstance(result, TaskTimeout)
+
+
+def _died(result) -> bool:
+    return isinstance(result, TaskError) and "exit code 3" in str(result)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize(
+    ("culprit", "settled", "replaced"), [(_sleep_then(600), _timed_out, 1), ("__import__('os')._exit(3)", _died, 0)]
+)
+def test_tasks_queued_behind_a_timed_out_or_dying_task_are_rerun_and_scored(workers, culprit, settled, replaced):
+    """The task that times out or kills its worker is settled alone; the tasks queued behind it on that worker had
+    not started: they run on another worker, are scored, and are not counted as timed out."""
+    pool = TimeoutPool(workers=workers, queue_depth=3)
+    try:
+        results = pool.map(eval, [("6 * 7",), (culprit,)] + [(f"{i} + 1",) for i in range(6)], timeout=1.0)
+        assert results[0] == 42 and settled(results[1])
+        assert results[2:] == [i + 1 for i in range(6)]
+        assert pool.replaced == replaced  # a death is not a timeout
+        assert pool.map(abs, [(-5,)], timeout=30) == [5]
+    finally:
+        pool.close()
+
+
+def test_results_are_in_input_order_whatever_order_they_finish_in():
+    pool = TimeoutPool(workers=2)
+    try:
+        sleeps = [0.3, 0.0, 0.2, 0.0, 0.0, 0.1, 0.0, 0.25, 0.0, 0.0]
+        assert pool.map(eval, [(_sleep_then(s, i),) for i, s in enumerate(sleeps)], timeout=30) == list(range(10))
+        assert pool.map(abs, [(-i,) for i in range(300)], timeout=30) == list(range(300))
+    finally:
+        pool.close()
+
+
+def test_a_task_too_large_for_the_pipe_is_not_queued_behind_a_stuck_one():
+    """A message that does not fit in the pipe's free buffer waits for an idle worker: written behind a stuck task,
+    it would block the parent inside `send`, where no deadline is enforced."""
+    pool = TimeoutPool(workers=1)
+    large = "x" * 300_000  # far beyond a pipe's 16-64 KiB
+    out = []
+    try:
+        pool.map(abs, [(0,)], timeout=30)
+        thread = threading.Thread(
+            target=lambda: out.append(pool.map(eval, [(_sleep_then(600),), (f"len({large!r})",)], timeout=1.0)),
+            daemon=True,
+        )
+        thread.start()
+        thread.join(60)
+        if thread.is_alive():  # unblock the parent's write so that the test ends
+            for worker in list(pool._workers):
+                worker.process.kill()
+            thread.join(30)
+            pytest.fail("the parent blocked writing a large task behind a stuck one")
+        assert isinstance(out[0][0], TaskTimeout) and out[0][1] == len(large)
+    finally:
+        pool.close()
+
+
+@pytest.mark.parametrize("sizes", [[0] * 40, [100] * 40, [4093] * 20, [4097] * 20, [9000, 20000, 3, 70000, 5, 4096]])
+def test_pipe_cost_bounds_what_a_pipe_takes_without_a_blocking_write(sizes):
+    """The accounting that decides whether a task may be queued: messages whose costs fit in `_pipe_room` are all
+    written to a fresh pipe that nobody reads, without blocking (the write end is non-blocking: a full pipe raises)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    sender = Connection(write_end, readable=False)
+    try:
+        room, used, sent = _pipe_room(write_end), 0, 0
+        for size in sizes:
+            if used + _pipe_cost(size) > room:
+                break
+            sender.send_bytes(b"\0" * size)  # BlockingIOError if the accounting undercounts
+            used, sent = used + _pipe_cost(size), sent + 1
+        assert sent >= 1
+    finally:
+        sender.close()
+        os.close(read_end)
+
+
+def test_an_interrupted_map_leaves_no_queued_task_behind():
+    """Ctrl-C mid-map: the workers that hold tasks (running or queued in their pipe) are killed, so the next call
+    cannot read a stale result of the interrupted one."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    pool = TimeoutPool(workers=1, queue_depth=3)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        pool.map(abs, [(0,)], timeout=30)
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            pool.map(eval, [(_sleep_then(0.3, "stale"),)] * 10, timeout=30)
+        assert pool.map(abs, [(-1,), (-2,), (-3,)], timeout=30) == [1, 2, 3]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        pool.close()
+
+
+def test_the_last_task_of_a_call_goes_to_the_worker_that_frees_first():
+    """With 2 workers the last task is not queued behind the first (a 1 s task): it waits for the worker that
+    finishes its short task, instead of 1 s behind the long one."""
+    pool = TimeoutPool(workers=2)
+    try:
+        deadline = time.monotonic() + 60
+        while not (len(pool._workers) == 2 and all(worker.ready for worker in pool._workers)):
+            assert time.monotonic() < deadline, "the workers did not start"
+            pool.map(abs, [(0,)], timeout=30)
+        pid = "__import__('os').getpid()"
+        long_pid, short_pid, last_pid = pool.map(eval, [(_sleep_then(1.0) + f" or {pid}",), (pid,), (pid,)], 30)
+        assert last_pid == short_pid != long_pid
+    finally:
+        pool.close()
+
+
+def test_a_worker_that_died_between_calls_is_replaced():
+    """Killed while idle (e.g. by the kernel for memory): the next call's send finds its pipe broken, and the task
+    runs on a replacement instead of the call raising BrokenPipeError."""
+    pool = TimeoutPool(workers=1)
+    try:
+        pool.map(abs, [(0,)], timeout=30)
+        (worker,) = pool._workers
+        worker.process.kill()
+        worker.process.wait()
+        assert pool.map(abs, [(-1,), (-2,)], timeout=30) == [1, 2]
+        assert worker not in pool._workers and pool.replaced == 0
+    finally:
+        pool.close()
