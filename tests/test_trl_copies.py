@@ -283,6 +283,9 @@ EXPECTED_SIGNATURES = {
     "trl_rlvr_ext.grpo.checkpoint_state.CheckpointStateMixin._load_optimizer_and_scheduler": "(self, checkpoint)",
     "trl_rlvr_ext.grpo.checkpoint_state.CheckpointStateMixin._save_checkpoint": "(self, model, trial)",
     "trl_rlvr_ext.grpo.grpo_config.RLVRGRPOConfig.__post_init__": "(self)",
+    "trl_rlvr_ext.lora_init.saving.CheckpointAdapterMixin._load_from_checkpoint": (
+        "(self, resume_from_checkpoint, model=None)"
+    ),
     "trl_rlvr_ext.grpo.grpo_trainer.RLVRGRPOTrainer.__init__": (
         f"(self, model, reward_funcs=None, args=None, {_TRAINER_ARGS}, reward_processing_classes=None, callbacks=None, "
         "optimizers=(None, None), quantization_config=None, peft_config=None, tools=None, rollout_func=None, "

@@ -431,8 +431,9 @@ def f_lora_adapter_resume(ctx):
 
 def f_lora_adapter_resume_pissa(ctx):
     """PiSSA (residual base) with the adapter sync, resumed from step 2 in a fresh trainer and engine: the new engine
-    loaded the original base, so the resumed trainer's first sync sends the residual base again, and TRL's gap stays at
-    float32 level; resumed with the base withheld, vLLM samples from the wrong weights and the gap shows it."""
+    loaded the original base, so the resumed trainer's first sync sends the residual base again, and steps 3-4 equal
+    the uninterrupted run's to the bit; resumed with the base withheld, vLLM samples from the wrong weights and the gap
+    shows it."""
     from peft import LoraConfig
 
     kwargs = base_kwargs(

@@ -25,6 +25,7 @@ from trl import DPOConfig, DPOTrainer
 from .._compat import check_fsdp_really_runs, resolve_trainer_config
 from .._trl import load_copy
 from ..data import resolve_model_argument
+from ..lora_init.saving import CheckpointAdapterMixin
 from ..losses.is_daa import is_daa_clip, is_daa_log_weights, is_daa_weight_stats
 from .behavior import (
     BEHAVIOR_CHOSEN_COLUMN,
@@ -78,7 +79,7 @@ class BehaviorLogpsCollator:
         return batch
 
 
-class ISDPOTrainer(DPOTrainer):
+class ISDPOTrainer(CheckpointAdapterMixin, DPOTrainer):
     """[`~trl.DPOTrainer`] with importance-sampled direct alignment, configured by [`ISDPOConfig`].
 
     Each pair's loss (any per-pair `loss_type`, or a `loss_weights` mixture) is multiplied by the detached weight

@@ -13,6 +13,7 @@ from trl import GRPOConfig, GRPOTrainer
 from .._compat import check_fsdp_really_runs, resolve_trainer_config
 from .._trl import load_copy
 from ..data import resolve_model_argument
+from ..lora_init.saving import CheckpointAdapterMixin
 from ..losses.ppo import ppo_clipped_objective
 from .checkpoint_state import CheckpointStateMixin
 from .grpo_config import RLVRGRPOConfig
@@ -27,7 +28,7 @@ from .vllm_state import install_server_guard
 _TRL_COPY = load_copy("grpo")
 
 
-class RLVRGRPOTrainer(CheckpointStateMixin, GRPOTrainer):
+class RLVRGRPOTrainer(CheckpointAdapterMixin, CheckpointStateMixin, GRPOTrainer):
     """[`~trl.GRPOTrainer`] with this package's methods, configured by [`RLVRGRPOConfig`].
 
     Each method is one module of `trl_rlvr_ext/grpo/methods/` implementing the protocol `GRPOMethod`

