@@ -298,3 +298,48 @@ def test_delta_file_holds_the_rounded_float32_difference(tmp_path, record_dtype)
         expected = (theta_s[name].float() - theta_0[name].float()).to(dtype)
         assert value.dtype == dtype and torch.equal(value, expected), name
     assert written["w"].abs().min() > 0  # the deltas are not all zero: the test can fail
+
+
+def test_every_process_takes_the_same_branch_however_late_it_reads(tiny_model_path, tmp_path):
+    """Two processes of one launch starting a trajectory, the second reading the folder late: it must not find the
+    manifest the main process just wrote and skip the barrier the main process waits at (a hang under DDP, ZeRO or
+    FSDP). Here the processes are two threads, and the barrier one `threading.Barrier`."""
+    import threading
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM
+
+    barrier = threading.Barrier(2, timeout=10)
+    errors, recorders = [], {}
+
+    def process(main: bool):
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+        accelerator = SimpleNamespace(
+            is_main_process=main,
+            wait_for_everyone=barrier.wait,
+            get_state_dict=lambda wrapped, unwrap=True: wrapped.state_dict(),
+            unwrap_model=lambda wrapped: wrapped,
+        )
+        trainer = SimpleNamespace(
+            accelerator=accelerator,
+            model=model,
+            model_wrapped=model,
+            is_deepspeed_enabled=False,
+            processing_class=None,
+        )
+        recorder = RELEXTrajectoryCallback(str(tmp_path / "trajectory"), trainer=trainer)
+        if not main:
+            time.sleep(1.0)  # the main process would have written θ_0 and the manifest by now
+        try:
+            recorder.on_train_begin(None, SimpleNamespace(global_step=0), None)
+        except threading.BrokenBarrierError as error:
+            errors.append(error)
+        recorders[main] = recorder
+
+    threads = [threading.Thread(target=process, args=(main,)) for main in (True, False)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, "a process skipped the barrier the other waited at"
+    assert recorders[True]._manifest.to_dict() == recorders[False]._manifest.to_dict()

@@ -121,7 +121,7 @@ class RELEXTrajectoryCallback(TrainerCallback):
             raise RuntimeError("RELEXTrajectoryCallback needs its trainer: pass trainer= or call bind(trainer).")
         kind = "adapter" if self._is_adapter() else "model"
         self._adapter_model = self._unwrapped() if kind == "adapter" else None  # the same object for the whole run
-        manifest = self._resume_or_start(kind, state.global_step)  # same decision on every process (shared files)
+        manifest = self._resume_or_start(kind, state.global_step)  # the same on every process (each read it first)
         if manifest is None:  # a fresh trajectory: θ_0 is saved by the main process
             state_dict = self._gathered_state_dict()
             if self.trainer.accelerator.is_main_process:
@@ -132,7 +132,7 @@ class RELEXTrajectoryCallback(TrainerCallback):
             manifest = read_manifest(self.trajectory_dir)
         self._manifest = manifest
         self._base = BaseWeights(base_dir(self.trajectory_dir))
-        self._layout = DeltaLayout(self._base, RECORD_DTYPES[self.dtype])
+        self._delta_layout = DeltaLayout(self._base, RECORD_DTYPES[self.dtype])
         self._resumed_step = state.global_step if state.global_step > 0 else None
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -213,7 +213,12 @@ class RELEXTrajectoryCallback(TrainerCallback):
     # ---------------------------------------------------------------- files
     def _resume_or_start(self, kind: str, global_step: int) -> Manifest | None:
         directory = self.trajectory_dir
-        if not os.path.isfile(os.path.join(directory, "manifest.json")):
+        manifest = read_manifest(directory) if os.path.isfile(os.path.join(directory, "manifest.json")) else None
+        # Every process reads the folder before the main process changes it (θ_0 and a new manifest in on_train_begin,
+        # a pruned manifest below): read after, another process would take the other branch and wait at a barrier
+        # that the main process never reaches
+        self.trainer.accelerator.wait_for_everyone()
+        if manifest is None:
             if global_step > 0:
                 raise ValueError(
                     f"Resuming at step {global_step}, but {directory!r} holds no RELEX trajectory: θ_0 (the weights "
@@ -221,7 +226,6 @@ class RELEXTrajectoryCallback(TrainerCallback):
                     "of the original run, or record a new run from step 0."
                 )
             return None
-        manifest = read_manifest(directory)
         mismatch = {
             name: (old, new)
             for name, old, new in (("kind", manifest.kind, kind), ("dtype", manifest.dtype, self.dtype))
@@ -281,7 +285,7 @@ class RELEXTrajectoryCallback(TrainerCallback):
                 f"RELEX: the saved θ_0 has tensors the model's state dict lacks ({missing[:3]}): this architecture "
                 "renames its weights when saving, which the recorder does not follow."
             )
-        return self._layout.compute(state_dict)
+        return self._delta_layout.compute(state_dict)
 
     def _write_step(self, step: int, deltas: DeltaBuffer, manifest: Manifest) -> float:
         """The writer thread's work: the step's file, then the manifest (last: it never lists a step whose file is

@@ -102,9 +102,9 @@ def sharding_of(trainer) -> dict:
 
 
 def logs_of(trainer) -> list[dict]:
-    """The per-step logs, without wall-clock values."""
+    """The per-step logs, without wall-clock values (``*time*``, ``*per_second*``, ``*_seconds``: each rank's own)."""
     return [
-        {k: v for k, v in log.items() if "time" not in k and "per_second" not in k}
+        {k: v for k, v in log.items() if "time" not in k and "per_second" not in k and not k.endswith("_seconds")}
         for log in trainer.state.log_history
         if "loss" in log
     ]
