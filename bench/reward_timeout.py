@@ -14,7 +14,7 @@ reported as the ratio of median call times against the direct call:
 
 It also prints the pool's cost per completion on a task that does nothing (``abs``; the parent's dispatch work, as
 the round trips overlap), and the latency of one pathological completion (a power tower) at ``reward_timeout=1``: the
-timeout plus the worker's replacement. Defaults take about a minute on 2 CPU cores; ``--quick`` is
+timeout plus the worker's replacement. Defaults take about 20 s on 2 idle CPU cores; ``--quick`` is
 `make bench-quick`'s run (bench/quick.py).
 """
 
