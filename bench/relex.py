@@ -38,6 +38,7 @@ except ImportError:
 
 
 SKIP_STEPS = 2
+RECORDER_METRICS = ("relex/record_seconds", "relex/write_seconds")
 
 
 class _StepTimes(TrainerCallback):
@@ -81,7 +82,7 @@ def _run(arm, model_path, out, steps, every):
     trainer.add_callback(timer)  # after the recorder: its on_step_end time is inside the step
     trainer.train()
     logs = trainer.state.log_history
-    record = {key: [log[key] for log in logs if key in log] for key in ("relex/record_seconds", "relex/write_seconds")}
+    record = {key: [log[key] for log in logs if key in log] for key in RECORDER_METRICS}
     return statistics.mean(timer.times[SKIP_STEPS:]), record
 
 
@@ -98,12 +99,12 @@ def main():
         model_path = save_tiny_model(
             os.path.join(tmp, "model"), hidden_size=args.hidden, num_hidden_layers=args.layers
         )
-        ratios, records = [], {"relex/record_seconds": [], "relex/write_seconds": []}
+        ratios, records = [], {key: [] for key in RECORDER_METRICS}
         for r in range(args.rounds):
             stock, _ = _run("stock", model_path, os.path.join(tmp, f"stock{r}"), args.steps, args.every)
             ours, record = _run("relex", model_path, os.path.join(tmp, f"relex{r}"), args.steps, args.every)
             ratios.append(ours / stock)
-            for key, values in (record or {}).items():
+            for key, values in record.items():
                 records[key] += values
             print(
                 f"round {r}: stock {stock * 1e3:.1f} ms/step, recorder {ours * 1e3:.1f} ms/step, ratio {ours / stock:.3f}"

@@ -52,15 +52,16 @@ class RELEXTrajectoryCallback(TrainerCallback):
     checkpoint are dropped (that future was discarded) and θ_0 is kept. A fresh run refuses a folder that already
     holds another run's steps.
 
-    The training step pays for the gather and a copy of the recorded tensors only: θ_s − θ_0 is computed and written
-    by a writer thread while training goes on. One recording is in flight at most (the next waits for it, which bounds
-    the host memory to one copy), a checkpoint or the end of training waits for it (the trajectory on disk then lists
+    The training step pays for the gather and for θ_s − θ_0 computed into one buffer (θ_0 read in place from its
+    memory-mapped file); a writer thread writes the buffer to disk while training goes on. One write is in flight at
+    most (the next recording waits for it, which bounds the host memory to one buffer), a checkpoint or the end of
+    training waits for it (the trajectory on disk then lists
     every recorded step up to the checkpoint), and a write that fails raises in the training loop at the next
     recording, checkpoint or end, never silently. A run killed after its checkpoint but before that step's write
     landed records the step when it resumes (the resumed weights are θ_s).
 
     Logged: ``relex/recorded_steps`` (steps in the trajectory), ``relex/record_seconds`` (time the last recording
-    held the training step: the gather and the copy, and any wait for the previous write) and
+    held the training step: the gather, the buffer, and any wait for the previous write) and
     ``relex/write_seconds`` (time of the last finished write, off the training thread), in the trainer's metrics.
 
     Args:

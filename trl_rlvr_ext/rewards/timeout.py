@@ -57,18 +57,17 @@ QUEUE_DEPTH = 2
 # previous message. Elsewhere (BSD, macOS) the buffer counts bytes and holds at least 16 KiB.
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _SMALLEST_BYTE_PIPE = 16384
+_PAGE_RING_PIPES = fcntl is not None and hasattr(fcntl, "F_GETPIPE_SZ")  # Linux: the kernel tells the pipe's size
 
 
 def _pipe_room(fd: int) -> int:
     """Bytes of messages that fit in the pipe ``fd`` without a blocking write (see `_pipe_cost`)."""
-    if fcntl is not None and hasattr(fcntl, "F_GETPIPE_SZ"):
-        return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
-    return _SMALLEST_BYTE_PIPE
+    return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) if _PAGE_RING_PIPES else _SMALLEST_BYTE_PIPE
 
 
 def _pipe_cost(size: int) -> int:
     """Pipe buffer bytes a message of ``size`` payload bytes may occupy, counted against `_pipe_room`."""
-    if fcntl is not None and hasattr(fcntl, "F_GETPIPE_SZ"):
+    if _PAGE_RING_PIPES:
         return (size // _PAGE + 2) * _PAGE
     return size + 12  # payload and the longest header
 
