@@ -343,3 +343,32 @@ def test_every_process_takes_the_same_branch_however_late_it_reads(tiny_model_pa
         thread.join()
     assert not errors, "a process skipped the barrier the other waited at"
     assert recorders[True]._manifest.to_dict() == recorders[False]._manifest.to_dict()
+
+
+@pytest.mark.slow
+def test_adapter_trajectory_on_the_real_model(tmp_path):
+    """SmolLM2-135M-Instruct with LoRA: the recorder writes the adapter's every tensor, and θ_0 plus the last delta is
+    the trained adapter (float32 deltas: to float32's rounding of the subtraction)."""
+    from peft import LoraConfig, get_peft_model_state_dict
+
+    args = RLVRGRPOConfig(
+        **grpo_kwargs(tmp_path, relex_record_steps=1, relex_record_dtype="float32", max_steps=2, learning_rate=1e-2)
+    )
+    trainer = RLVRGRPOTrainer(
+        model="smollm2-135m-instruct",
+        reward_funcs=digit_reward,
+        args=args,
+        train_dataset=prompt_dataset(),
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]),
+    )
+    assert trainer.model.config.num_hidden_layers == 30  # the real model, not the toy
+    trainer.train()
+    directory = str(tmp_path / "relex_trajectory")
+    assert read_manifest(directory).steps == [1, 2]
+    base = load_file(f"{directory}/base/adapter_model.safetensors")
+    last = load_file(delta_path(directory, 2))
+    trained = get_peft_model_state_dict(trainer.model)
+    assert set(last) == set(base) == set(trained) and len(base) == 2 * 2 * 30  # A and B of q and v, 30 layers
+    for name, value in trained.items():
+        torch.testing.assert_close(base[name] + last[name], value.float(), rtol=0, atol=1e-6)
+    assert any(last[n].abs().max() > 0 for n in last if "lora_B" in n), "the adapter did not move: the test is void"
