@@ -250,3 +250,27 @@ def test_dpo_importance_sampling_off_is_stock_in_bf16(tiny_model_path, tmp_path,
     assert stock_logs == our_logs
     for name, value in stock_params.items():
         assert torch.equal(value, our_params[name]), name
+
+
+def test_relex_records_bf16_weights_in_float32_then_float16(tiny_model_path, tmp_path):
+    """RELEX with bf16 weights: θ_0 is saved in bf16, and each delta is θ_s − θ_0 taken in float32 and rounded once
+    to float16 (the authors' dtype), so an update below a bf16 weight's resolution is not lost to the subtraction."""
+    from safetensors.torch import load_file
+
+    from trl_rlvr_ext.extrapolation.trajectory import delta_path
+
+    args = RLVRGRPOConfig(**grpo_kwargs(tmp_path, relex_record_steps=1, max_steps=2), **BF16_WEIGHTS)
+    trainer = RLVRGRPOTrainer(
+        model=tiny_model_path, reward_funcs=digit_reward, args=args, train_dataset=prompt_dataset()
+    )
+    _check_precision(trainer, "bf16_weights")
+    trainer.train()
+    directory = tmp_path / "relex_trajectory"
+    base = load_file(directory / "base" / "model.safetensors")
+    last = load_file(delta_path(str(directory), 2))
+    final = trainer.model.state_dict()
+    assert {value.dtype for value in base.values()} == {torch.bfloat16}
+    assert {value.dtype for value in last.values()} == {torch.float16}
+    for name, delta in last.items():
+        assert torch.equal(delta, (final[name].float() - base[name].float()).to(torch.float16)), name
+    assert sum(bool(delta.abs().max() > 0) for delta in last.values()) > len(last) // 2, "barely moved: void"
